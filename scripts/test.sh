@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The test command: installs test dependencies, then lint, type check and pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh dev
+echo "==> ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+echo "==> mypy"
+.venv/bin/mypy
+echo "==> shellcheck"
+git ls-files -z '*.sh' | xargs -0 -r shellcheck
+echo "==> pytest"
+.venv/bin/pytest "$@"
