@@ -30,7 +30,9 @@ CATALOG = Path(__file__).resolve().parent.parent / "gpuforge" / "data" / "instan
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("types", nargs="*", help="instance types (default: those already in the catalog)")
     parser.add_argument("--region", default="us-east-1")
     parser.add_argument("--output", type=Path, default=CATALOG)
@@ -47,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
             described[entry["InstanceType"]] = entry
     missing = sorted(set(names) - set(described))
     if missing:
-        print(f"error: DescribeInstanceTypes in {args.region} returned nothing for {missing}", file=sys.stderr)
+        print(
+            f"error: DescribeInstanceTypes in {args.region} returned nothing for {missing}", file=sys.stderr
+        )
         return 1
 
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
@@ -62,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     write_text_atomic(args.output, json.dumps(current, indent=2) + "\n")
     print(f"wrote {len(names)} instance types to {args.output}")
     if needs_platform:
-        print(f"error: add a sourced 'platform' entry by hand for: {', '.join(needs_platform)}", file=sys.stderr)
+        print(
+            f"error: add a sourced 'platform' entry by hand for: {', '.join(needs_platform)}", file=sys.stderr
+        )
         return 1
     return 0
 

@@ -7,7 +7,7 @@ echo "==> ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 echo "==> mypy"
-.venv/bin/mypy
+scripts/typecheck.sh
 echo "==> shellcheck"
 git ls-files -z '*.sh' | xargs -0 -r shellcheck
 echo "==> pytest"

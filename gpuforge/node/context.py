@@ -1,0 +1,82 @@
+"""What a check may look at: the instance type's facts, the manifest, commands and files.
+
+Every check is a function of a `NodeContext`. Commands go through its runner
+and files are read below its `HostPaths.root`, so a test can point a check at
+recorded outputs and a temporary directory tree instead of a real GPU node.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuforge.hardware import InstanceType
+from gpuforge.node.manifest import Manifest
+from gpuforge.node.runner import CachedRunner
+
+# EFA devices can come up after user data starts on some types: retry briefly.
+EFA_ATTEMPTS = 5
+EFA_RETRY_DELAY_S = 3.0
+
+
+@dataclass(frozen=True)
+class HostPaths:
+    """Kernel interfaces the checks read, all below `root` (`/` on a real node)."""
+
+    root: Path = Path("/")
+
+    @property
+    def driver_version(self) -> Path:
+        return self.root / "proc/driver/nvidia/version"
+
+    @property
+    def mounts(self) -> Path:
+        return self.root / "proc/mounts"
+
+    @property
+    def mdstat(self) -> Path:
+        return self.root / "proc/mdstat"
+
+    @property
+    def infiniband(self) -> Path:
+        return self.root / "sys/class/infiniband"
+
+    @property
+    def block(self) -> Path:
+        return self.root / "sys/block"
+
+    def read(self, path: Path) -> str | None:
+        """A kernel file's text, or None when it is absent or unreadable."""
+        try:
+            return path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    instance: InstanceType
+    manifest: Manifest
+    run: CachedRunner
+    paths: HostPaths = HostPaths()
+    require_fsx: bool = False
+    efa_attempts: int = EFA_ATTEMPTS
+    efa_retry_delay_s: float = EFA_RETRY_DELAY_S
+    sleep: Callable[[float], None] = time.sleep
+
+
+def expects_efa(instance: InstanceType) -> bool:
+    """The cluster attaches every EFA interface a type has; types without EFA get none."""
+    return instance.efa_supported and instance.max_efa_interfaces > 0
+
+
+def expects_gpu_nic_locality(instance: InstanceType) -> bool:
+    """Whether the type is built with EFA NICs beside its GPUs for GPUDirect RDMA.
+
+    gpuforge's rule, derived from the hardware catalog rather than a list of
+    names: the NVSwitch (HGX) types that carry EFA (p4d and later) are built
+    with NICs on the GPUs' PCIe switches; PCIe-only types (g5, g6, g6e) are not.
+    """
+    return expects_efa(instance) and instance.nvswitch

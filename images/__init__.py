@@ -1,0 +1,1 @@
+"""Image matrices, Packer rendering and builds, and the AMI catalog (`gpuforge.images`)."""

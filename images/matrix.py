@@ -1,0 +1,212 @@
+"""The versioned image matrix: one YAML file that pins every layer of a GPU node.
+
+`check_file` parses a matrix, validates its shape with pydantic (unknown keys
+are errors, so a typo cannot pass silently), runs the compatibility rules and
+returns every finding at once. The digest is a hash of the normalized matrix:
+the same for any key order, quoting or comments, different when any pin moves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
+
+from gpuforge.errors import Finding, GpuforgeError, InputError, Severity
+
+SCHEMA_SOURCE = "gpuforge matrix format (README.md, 'The image matrix')"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+
+class OsSpec(_Strict):
+    distro: Literal["ubuntu", "amzn", "rhel", "debian"]
+    release: str
+    boot_mode: Literal["legacy-bios", "uefi", "uefi-preferred"]
+    base_ami: dict[str, str] = Field(min_length=1)
+
+
+class NvidiaSpec(_Strict):
+    driver: str
+    kernel_modules: Literal["open", "proprietary"]
+    fabricmanager: str | None = None
+    nscq: str | None = None
+    nvlsm: str | None = None
+
+
+class EfaSpec(_Strict):
+    installer: str
+    sha256: str
+
+
+class AwsOfiNcclSpec(_Strict):
+    version: str
+    install: Literal["bundled", "separate"]
+    prefix: str | None = None
+    sha256: str | None = None
+
+
+def _ofi_shorthand(value: Any) -> Any:
+    """`aws_ofi_nccl: "1.17.1"` is shorthand for the EFA installer's bundled plugin."""
+    if isinstance(value, str):
+        return {"version": value, "install": "bundled"}
+    return value
+
+
+class Matrix(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    version: str
+    description: str | None = None
+    os: OsSpec
+    kernel: str
+    nvidia: NvidiaSpec
+    cuda: str
+    cudnn: str
+    nccl: str
+    efa: EfaSpec
+    aws_ofi_nccl: Annotated[AwsOfiNcclSpec, BeforeValidator(_ofi_shorthand)]
+    lustre_client: str
+    container_toolkit: str
+    dcgm: str
+    dcgm_exporter: str
+    targets: list[str] = Field(min_length=1)
+
+    def normalized(self) -> dict[str, Any]:
+        """The matrix as plain data, optional empties dropped: what the digest hashes."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+def digest(matrix: Matrix) -> str:
+    """sha256 of the normalized matrix as canonical JSON (sorted keys, no whitespace)."""
+    canonical = json.dumps(matrix.normalized(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class MatrixReport:
+    """The outcome of checking one matrix file."""
+
+    path: Path
+    matrix: Matrix | None
+    digest: str | None
+    findings: tuple[Finding, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not any(finding.severity is Severity.ERROR for finding in self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "digest": self.digest,
+            "findings": [finding.to_json() for finding in self.findings],
+        }
+
+
+class MatrixInvalid(GpuforgeError):
+    """A matrix that fails its check, where a command needs a valid one (exit 1)."""
+
+    exit_code = 1
+
+    def __init__(self, report: MatrixReport) -> None:
+        errors = [f.render() for f in report.findings if f.severity is Severity.ERROR]
+        super().__init__(
+            f"{report.path} fails `gpuforge matrix check` with {len(errors)} error(s):\n  "
+            + "\n  ".join(errors)
+        )
+        self.report = report
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file, or raise InputError (exit 2) saying why it is unreadable."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(
+            f"{path}: cannot read the file ({error}). Fix: pass a readable UTF-8 YAML file."
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise InputError(
+            f"{path}: not valid YAML: {error}. Fix: correct the YAML syntax at that line."
+        ) from None
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _schema_finding(error: ErrorDetails) -> Finding:
+    field = _dotted(error["loc"]) or "(document)"
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return Finding(
+            "schema.unknown-key",
+            Severity.ERROR,
+            field,
+            f"unknown key {field!r}. Fix: remove it or correct its spelling (the README lists every key).",
+            SCHEMA_SOURCE,
+        )
+    if kind == "missing":
+        return Finding(
+            "schema.missing-key",
+            Severity.ERROR,
+            field,
+            f"required key {field!r} is missing. Fix: add it with one exact, released version or value.",
+            SCHEMA_SOURCE,
+        )
+    found = error.get("input")
+    hint = ""
+    if isinstance(found, int | float) and not isinstance(found, bool) and "string" in kind:
+        hint = f' YAML read {found!r} as a number (12.10 becomes 12.1): quote versions, e.g. "{found}".'
+    return Finding(
+        "schema.type",
+        Severity.ERROR,
+        field,
+        f"{error['msg']}; found {found!r}.{hint} Fix: give the value the README's documented form.",
+        SCHEMA_SOURCE,
+    )
+
+
+def check_data(path: Path, data: Any) -> MatrixReport:
+    """Validate parsed YAML as a matrix and run every rule on it."""
+    from gpuforge.images.rules import run_rules  # rules import Matrix from here
+
+    if not isinstance(data, dict):
+        finding = Finding(
+            "schema.type",
+            Severity.ERROR,
+            "(document)",
+            f"a matrix is a YAML mapping of keys to values; this file holds {type(data).__name__}. "
+            "Fix: start from a shipped matrix under images/matrices/.",
+            SCHEMA_SOURCE,
+        )
+        return MatrixReport(path, None, None, (finding,))
+    try:
+        matrix = Matrix.model_validate(data)
+    except ValidationError as error:
+        findings = tuple(_schema_finding(detail) for detail in error.errors())
+        return MatrixReport(path, None, None, findings)
+    return MatrixReport(path, matrix, digest(matrix), tuple(run_rules(matrix)))
+
+
+def check_file(path: Path) -> MatrixReport:
+    """Check one matrix file. Raises InputError (exit 2) when it is unreadable or not YAML."""
+    return check_data(path, read_yaml(path))
+
+
+def load_valid(path: Path) -> tuple[Matrix, str]:
+    """The matrix and its digest, or MatrixInvalid (exit 1) listing every error."""
+    report = check_file(path)
+    if not report.ok or report.matrix is None or report.digest is None:
+        raise MatrixInvalid(report)
+    return report.matrix, report.digest

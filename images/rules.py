@@ -1,0 +1,619 @@
+"""The matrix rules: exact pins, and every compatibility fact in gpuforge/data/compat.yaml.
+
+Each rule has a stable id, a severity, the dotted field it concerns and the
+source of the fact it enforces. Rules that compare versions skip a field whose
+pin is not exact: `pin.exact` already reports it, and a comparison with a
+malformed version would only add noise.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from datetime import date
+
+from packaging.version import InvalidVersion, Version
+
+from gpuforge import hardware
+from gpuforge.compat import Compat, compat, driver_branch, libfabric_key, release_version
+from gpuforge.errors import Finding, Severity
+from gpuforge.images.matrix import SCHEMA_SOURCE, Matrix
+
+ERROR = Severity.ERROR
+WARNING = Severity.WARNING
+
+# One exact version: digits and dots, optionally followed by a Debian/vendor revision
+# (2.26.2-1+cuda12.8, 6.8.0-1031-aws, 2025.10.11-1, 4.2.3-4.1.3). No ranges, wildcards or words.
+_EXACT = re.compile(r"^[0-9]+(\.[0-9]+)+([-+~][0-9A-Za-z]+([.+~-][0-9A-Za-z]+)*)?$")
+_AMI = re.compile(r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$")
+_NCCL = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\+cuda([0-9]+)\.([0-9]+)$")
+
+Rule = Callable[[Matrix, Compat], Iterator[Finding]]
+
+
+def _version(text: str | None) -> Version | None:
+    """A comparable release version, or None when the pin is not exact."""
+    if text is None or not _EXACT.match(text):
+        return None
+    try:
+        return release_version(text)
+    except InvalidVersion:
+        return None
+
+
+def _major_minor(version: Version) -> tuple[int, int]:
+    return version.major, version.minor
+
+
+def _pins(matrix: Matrix) -> Iterator[tuple[str, str | None]]:
+    nvidia = matrix.nvidia
+    yield from (
+        ("version", matrix.version),
+        ("os.release", matrix.os.release),
+        ("kernel", matrix.kernel),
+        ("nvidia.driver", nvidia.driver),
+        ("nvidia.fabricmanager", nvidia.fabricmanager),
+        ("nvidia.nscq", nvidia.nscq),
+        ("nvidia.nvlsm", nvidia.nvlsm),
+        ("cuda", matrix.cuda),
+        ("cudnn", matrix.cudnn),
+        ("nccl", matrix.nccl),
+        ("efa.installer", matrix.efa.installer),
+        ("aws_ofi_nccl.version", matrix.aws_ofi_nccl.version),
+        ("lustre_client", matrix.lustre_client),
+        ("container_toolkit", matrix.container_toolkit),
+        ("dcgm", matrix.dcgm),
+        ("dcgm_exporter", matrix.dcgm_exporter),
+    )
+
+
+def rule_exact_pins(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    for field, value in _pins(matrix):
+        if value is not None and not _EXACT.match(value):
+            yield Finding(
+                "pin.exact",
+                ERROR,
+                field,
+                f"{value!r} is not one exact version (no ranges, wildcards, 'latest' or empty values). "
+                "Fix: pin the exact released version, e.g. '580.95.05'.",
+                SCHEMA_SOURCE,
+            )
+
+
+def rule_base_ami(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    for region, ami in matrix.os.base_ami.items():
+        field = f"os.base_ami.{region}"
+        if not _REGION.match(region):
+            yield Finding(
+                "pin.base-ami",
+                ERROR,
+                field,
+                f"{region!r} is not an AWS region name. Fix: key base AMIs by region, e.g. us-east-1.",
+                SCHEMA_SOURCE,
+            )
+        if not _AMI.match(ami):
+            yield Finding(
+                "pin.base-ami",
+                ERROR,
+                field,
+                f"{ami!r} is not an AMI id ('ami-' and 8 or 17 lowercase hex digits); names, filters and "
+                "SSM parameters float. Fix: pin the id of the exact base image for this region.",
+                "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_Image.html (ImageId)",
+            )
+
+
+def rule_sha256(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    pairs = [("efa.sha256", matrix.efa.sha256), ("aws_ofi_nccl.sha256", matrix.aws_ofi_nccl.sha256)]
+    for field, value in pairs:
+        if value is not None and not _SHA256.match(value):
+            yield Finding(
+                "pin.sha256",
+                ERROR,
+                field,
+                f"{value!r} is not a sha256 (64 lowercase hex digits). "
+                "Fix: record `sha256sum` of the exact tarball the build downloads.",
+                SCHEMA_SOURCE,
+            )
+
+
+def rule_targets(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    known = hardware.catalog()
+    for index, name in enumerate(matrix.targets):
+        field = f"targets.{index}"
+        if name not in known:
+            yield Finding(
+                "targets.known",
+                ERROR,
+                field,
+                f"{name!r} is not in gpuforge's hardware catalog. Fix: use one of {', '.join(sorted(known))}.",
+                hardware.CATALOG_FILE,
+            )
+        elif known[name].gpu_manufacturer != "NVIDIA" or known[name].gpu_count < 1:
+            yield Finding(
+                "targets.gpu",
+                ERROR,
+                field,
+                f"{name} has no NVIDIA GPU. Fix: target only NVIDIA GPU instance types.",
+                known[name].source,
+            )
+
+
+def _target_rows(matrix: Matrix) -> list[hardware.InstanceType]:
+    known = hardware.catalog()
+    return [known[name] for name in matrix.targets if name in known]
+
+
+def rule_cuda_driver(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    cuda, driver = _version(matrix.cuda), _version(matrix.nvidia.driver)
+    if cuda is None or driver is None:
+        return
+    table = data.cuda_toolkits
+    floor = table.minor_compat_min.get(str(cuda.major))
+    if floor is None:
+        yield Finding(
+            "cuda.known-toolkit",
+            ERROR,
+            "cuda",
+            f"CUDA {matrix.cuda}: gpuforge has no documented driver floor for CUDA {cuda.major}.x. "
+            "Fix: use CUDA 11.8 to 13.2, or add the documented floor to gpuforge/data/compat.yaml.",
+            table.source,
+        )
+        return
+    if driver < Version(floor.driver):
+        yield Finding(
+            "cuda.driver-minimum",
+            ERROR,
+            "nvidia.driver",
+            f"driver {matrix.nvidia.driver} is below {floor.driver}, the minimum for any CUDA {cuda.major}.x "
+            f"toolkit; CUDA {matrix.cuda} will not run. Fix: pin a driver >= {floor.driver}.",
+            floor.source,
+        )
+        return
+    full = table.toolkit_min.get(str(cuda))
+    if full is None:
+        yield Finding(
+            "cuda.known-toolkit",
+            ERROR,
+            "cuda",
+            f"CUDA {matrix.cuda} is not a release in NVIDIA's toolkit/driver table. "
+            f"Fix: pin a released toolkit version ({', '.join(table.toolkit_min)}).",
+            table.source,
+        )
+    elif driver < Version(full):
+        yield Finding(
+            "cuda.driver-full-features",
+            WARNING,
+            "nvidia.driver",
+            f"driver {matrix.nvidia.driver} is below {full}, the driver CUDA {matrix.cuda} ships with; it runs "
+            "under minor-version compatibility (no PTX JIT of newer code). Fix: pin a driver >= "
+            f"{full} for the full feature set.",
+            table.source,
+        )
+
+
+def rule_driver_eol(matrix: Matrix, data: Compat, today: date | None = None) -> Iterator[Finding]:
+    if _version(matrix.nvidia.driver) is None:
+        return
+    today = today or date.today()
+    branches = data.driver_branches
+    branch = driver_branch(matrix.nvidia.driver)
+    info = branches.branches.get(branch)
+    if info is None:
+        yield Finding(
+            "driver.branch-eol",
+            WARNING,
+            "nvidia.driver",
+            f"driver branch R{branch} is not a supported data-center branch (unlisted branches are end of life). "
+            f"Fix: move to a supported branch ({', '.join('R' + b for b in branches.branches)}).",
+            branches.source,
+        )
+        return
+    days_left = (info.eol - today).days
+    if days_left < 0:
+        message = f"driver branch R{branch} ({info.designation}) reached end of life on {info.eol}."
+    elif days_left <= branches.warn_days_before_eol:
+        message = f"driver branch R{branch} ({info.designation}) reaches end of life on {info.eol}."
+    else:
+        return
+    yield Finding(
+        "driver.branch-eol",
+        WARNING,
+        "nvidia.driver",
+        message + " Fix: plan the move to a supported Long Term Support branch.",
+        branches.source,
+    )
+
+
+def rule_architecture(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    cuda, driver = _version(matrix.cuda), _version(matrix.nvidia.driver)
+    arch_data = data.architectures
+    for row in _target_rows(matrix):
+        arch = arch_data.entries.get(row.gpu_architecture)
+        if arch is None:
+            yield Finding(
+                "arch.known",
+                ERROR,
+                "targets",
+                f"{row.name}: no compatibility data for the {row.gpu_architecture} architecture. "
+                "Fix: add it to gpuforge/data/compat.yaml with its source.",
+                arch_data.source,
+            )
+            continue
+        if cuda is not None and _major_minor(cuda) < _major_minor(Version(arch.min_cuda)):
+            yield Finding(
+                "arch.min-cuda",
+                ERROR,
+                "cuda",
+                f"{row.name} ({row.gpu_model}, {row.gpu_architecture}) needs CUDA >= {arch.min_cuda}; "
+                f"the matrix pins {matrix.cuda}. Fix: pin CUDA {arch.min_cuda} or newer.",
+                arch.source,
+            )
+        floor, source = arch.min_driver, arch.source
+        board = arch_data.gpu_min_driver.get(row.gpu_model)
+        if board is not None and Version(board.driver) > Version(floor):
+            floor, source = board.driver, board.source
+        if driver is not None and driver < Version(floor):
+            yield Finding(
+                "arch.min-driver",
+                ERROR,
+                "nvidia.driver",
+                f"{row.name} ({row.gpu_model}) needs driver >= {floor}; the matrix pins "
+                f"{matrix.nvidia.driver}. Fix: pin a driver >= {floor}.",
+                source,
+            )
+        if arch.open_modules_required and matrix.nvidia.kernel_modules != "open":
+            yield Finding(
+                "arch.open-modules",
+                ERROR,
+                "nvidia.kernel_modules",
+                f"{row.name} ({row.gpu_architecture}) is supported only by NVIDIA's open kernel modules; "
+                "the matrix asks for proprietary. Fix: set nvidia.kernel_modules: open.",
+                arch.source,
+            )
+
+
+def rule_open_modules_available(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    driver = _version(matrix.nvidia.driver)
+    first = data.open_kernel_modules.first_branch
+    if matrix.nvidia.kernel_modules == "open" and driver is not None and driver.major < int(first):
+        yield Finding(
+            "modules.open-available",
+            ERROR,
+            "nvidia.kernel_modules",
+            f"open kernel modules first shipped in R{first}; driver {matrix.nvidia.driver} has none. "
+            f"Fix: pin a driver from R{first} on, or use proprietary modules on pre-Blackwell GPUs.",
+            data.open_kernel_modules.source,
+        )
+
+
+def _companion(
+    rule: str, field: str, value: str | None, driver: str, required_by: list[str], source: str, what: str
+) -> Iterator[Finding]:
+    if value is None:
+        if required_by:
+            yield Finding(
+                f"{rule}.required",
+                ERROR,
+                field,
+                f"{', '.join(required_by)} need {what}, and the matrix pins none. Fix: set {field}: '{driver}'.",
+                source,
+            )
+    elif value != driver:
+        yield Finding(
+            f"{rule}.equals-driver",
+            ERROR,
+            field,
+            f"{what} {value} differs from driver {driver}; it must be the identical version. "
+            f"Fix: set {field}: '{driver}'.",
+            source,
+        )
+
+
+def rule_nvswitch_companions(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    nvswitch = [row.name for row in _target_rows(matrix) if row.nvswitch]
+    driver = matrix.nvidia.driver
+    yield from _companion(
+        "fabricmanager",
+        "nvidia.fabricmanager",
+        matrix.nvidia.fabricmanager,
+        driver,
+        nvswitch,
+        data.fabric_manager.source,
+        "NVSwitch boards' nvidia-fabricmanager",
+    )
+    yield from _companion(
+        "nscq", "nvidia.nscq", matrix.nvidia.nscq, driver, nvswitch, data.nscq.source, "DCGM's libnvidia-nscq"
+    )
+    nvlsm_targets = [row.name for row in _target_rows(matrix) if row.needs_nvlsm]
+    if nvlsm_targets and matrix.nvidia.nvlsm is None:
+        yield Finding(
+            "nvlsm.required",
+            ERROR,
+            "nvidia.nvlsm",
+            f"{', '.join(nvlsm_targets)} need the NVLink Subnet Manager beside Fabric Manager. "
+            "Fix: pin nvidia.nvlsm to an exact package version, e.g. '2025.10.11-1'.",
+            data.nvlsm.source,
+        )
+
+
+def rule_cudnn(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    cudnn, cuda = _version(matrix.cudnn), _version(matrix.cuda)
+    if cudnn is None or cuda is None:
+        return
+    rows = [
+        r for r in data.cudnn.releases if Version(r.cudnn).major == cudnn.major and Version(r.cudnn) <= cudnn
+    ]
+    if not rows:
+        yield Finding(
+            "cudnn.cuda-build",
+            ERROR,
+            "cudnn",
+            f"cuDNN {matrix.cudnn} is older than every documented support matrix gpuforge holds. "
+            "Fix: pin cuDNN 8.9.5 or newer.",
+            data.cudnn.releases[0].source,
+        )
+        return
+    row = max(rows, key=lambda r: Version(r.cudnn))
+    build = row.builds.get(str(cuda.major))
+    in_range = build is not None and (
+        _major_minor(Version(build[0])) <= _major_minor(cuda) <= _major_minor(Version(build[1]))
+    )
+    if not in_range:
+        supported = "; ".join(f"CUDA {lo}..{hi}" for lo, hi in row.builds.values())
+        yield Finding(
+            "cudnn.cuda-build",
+            ERROR,
+            "cudnn",
+            f"cuDNN {row.cudnn} (the documented row for {matrix.cudnn}) has no build for CUDA {matrix.cuda}; "
+            f"its builds support {supported}. Fix: pick a cuDNN release built for CUDA {cuda.major}.{cuda.minor}.",
+            row.source,
+        )
+    blackwell = data.cudnn.blackwell_min
+    if any(r.gpu_architecture == "Blackwell" for r in _target_rows(matrix)) and (
+        cudnn < Version(blackwell.cudnn) or (cuda.major == 12 and _major_minor(cuda) < (12, 8))
+    ):
+        yield Finding(
+            "cudnn.blackwell",
+            ERROR,
+            "cudnn",
+            f"Blackwell targets need cuDNN >= {blackwell.cudnn} built for CUDA >= {blackwell.cuda}; the matrix "
+            f"pins cuDNN {matrix.cudnn} on CUDA {matrix.cuda}. Fix: raise cuDNN (and CUDA).",
+            blackwell.source,
+        )
+
+
+def rule_nccl(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    cuda = _version(matrix.cuda)
+    match = _NCCL.match(matrix.nccl)
+    if match is None:
+        yield Finding(
+            "nccl.package-version",
+            ERROR,
+            "nccl",
+            f"{matrix.nccl!r} is not an NCCL package version '<nccl>-<rev>+cuda<X.Y>'. "
+            "Fix: pin the package version, e.g. '2.27.3-1+cuda12.9'.",
+            data.nccl.package_source,
+        )
+        return
+    nccl = release_version(matrix.nccl)
+    built = (int(match.group(1)), int(match.group(2)))
+    if cuda is not None and (built[0] != cuda.major or built > _major_minor(cuda)):
+        yield Finding(
+            "nccl.cuda-build",
+            ERROR,
+            "nccl",
+            f"NCCL package {matrix.nccl} was built with CUDA {built[0]}.{built[1]}, which does not run on CUDA "
+            f"{matrix.cuda} (same major, not newer). Fix: pin the +cuda{cuda.major}.{cuda.minor} build or an "
+            "older minor of the same major.",
+            data.nccl.package_source,
+        )
+    if cuda is not None:
+        floor = data.nccl.min_for_cuda_major.get(str(cuda.major))
+        if floor is not None and nccl < Version(floor.nccl):
+            yield Finding(
+                "nccl.cuda-major",
+                ERROR,
+                "nccl",
+                f"CUDA {cuda.major}.x needs NCCL >= {floor.nccl}; the matrix pins {matrix.nccl}. "
+                f"Fix: pin NCCL {floor.nccl} or newer.",
+                floor.source,
+            )
+    for row in _target_rows(matrix):
+        arch_floor = data.nccl.min_for_architecture.get(row.gpu_architecture)
+        if arch_floor is not None and nccl < Version(arch_floor.nccl):
+            yield Finding(
+                "nccl.architecture",
+                ERROR,
+                "nccl",
+                f"{row.name} ({row.gpu_architecture}) needs NCCL >= {arch_floor.nccl}; the matrix pins "
+                f"{matrix.nccl}. Fix: pin NCCL {arch_floor.nccl} or newer.",
+                arch_floor.source,
+            )
+            break
+
+
+def rule_efa_installer(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    efa = data.efa_installer
+    installer = _version(matrix.efa.installer)
+    if installer is None:
+        return
+    if matrix.efa.installer not in efa.releases:
+        yield Finding(
+            "efa.known-installer",
+            ERROR,
+            "efa.installer",
+            f"EFA installer {matrix.efa.installer} is not in gpuforge's changelog table, so its libfabric and "
+            f"bundled plugin are unknown. Fix: use one of {', '.join(efa.releases)}.",
+            efa.source,
+        )
+    os_key = f"{matrix.os.distro}-{matrix.os.release}"
+    support = efa.os_support.get(os_key)
+    if support is None:
+        yield Finding(
+            "efa.os-support",
+            ERROR,
+            "os.release",
+            f"gpuforge has no record of EFA installer support for {os_key}. "
+            f"Fix: use one of {', '.join(efa.os_support)}.",
+            efa.source,
+        )
+    elif installer < Version(support.first) or (
+        support.last is not None and installer > Version(support.last)
+    ):
+        window = f">= {support.first}" + (f" and <= {support.last}" if support.last else "")
+        yield Finding(
+            "efa.os-support",
+            ERROR,
+            "efa.installer",
+            f"EFA installer {matrix.efa.installer} does not support {os_key} (needs {window}). "
+            "Fix: pick an installer in that window.",
+            efa.source,
+        )
+    elif support.deprecated is not None and installer >= Version(support.deprecated):
+        yield Finding(
+            "efa.os-support",
+            WARNING,
+            "os.release",
+            f"{os_key} is deprecated from EFA installer {support.deprecated}. Fix: move to a newer release.",
+            efa.source,
+        )
+    if _version(matrix.nvidia.driver) is not None:
+        p2p = efa.p2p_min_for_driver_branch.get(driver_branch(matrix.nvidia.driver))
+        if p2p is not None and installer < Version(p2p.installer):
+            yield Finding(
+                "efa.p2p-driver",
+                ERROR,
+                "efa.installer",
+                f"GPUDirect (P2P) over EFA with driver R{driver_branch(matrix.nvidia.driver)} needs EFA installer "
+                f">= {p2p.installer}; the matrix pins {matrix.efa.installer}. Fix: pin installer {p2p.installer} "
+                "or newer.",
+                p2p.source,
+            )
+
+
+def rule_aws_ofi_nccl(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    ofi = matrix.aws_ofi_nccl
+    plugin = _version(ofi.version)
+    installer = _version(matrix.efa.installer)
+    if plugin is None or installer is None:
+        return
+    efa = data.efa_installer
+    release = efa.releases.get(matrix.efa.installer)
+    if ofi.install == "bundled":
+        if installer < Version(efa.first_bundling_plugin):
+            yield Finding(
+                "ofi.bundled",
+                ERROR,
+                "aws_ofi_nccl.install",
+                f"EFA installer {matrix.efa.installer} bundles no aws-ofi-nccl (bundling began in "
+                f"{efa.first_bundling_plugin}). Fix: declare install: separate with prefix and sha256, or raise "
+                "the installer.",
+                efa.source,
+            )
+        elif release is not None and release.aws_ofi_nccl is not None and release.aws_ofi_nccl != ofi.version:
+            yield Finding(
+                "ofi.bundled",
+                ERROR,
+                "aws_ofi_nccl.version",
+                f"EFA installer {matrix.efa.installer} bundles aws-ofi-nccl {release.aws_ofi_nccl}, not "
+                f"{ofi.version}. Fix: set aws_ofi_nccl: '{release.aws_ofi_nccl}', or declare install: separate.",
+                efa.source,
+            )
+    elif ofi.prefix is None or ofi.sha256 is None:
+        yield Finding(
+            "ofi.separate-install",
+            ERROR,
+            "aws_ofi_nccl",
+            "a separate aws-ofi-nccl install needs `prefix` (where NCCL will load it from) and `sha256` "
+            "(of the release tarball). Fix: add both.",
+            SCHEMA_SOURCE,
+        )
+    rules = data.aws_ofi_nccl
+    if release is not None:
+        need = next((r for r in rules.libfabric_min if plugin >= Version(r.plugin)), None)
+        if need is not None and libfabric_key(release.libfabric) < libfabric_key(need.libfabric):
+            yield Finding(
+                "ofi.libfabric",
+                ERROR,
+                "efa.installer",
+                f"aws-ofi-nccl {ofi.version} needs libfabric >= {need.libfabric}; EFA installer "
+                f"{matrix.efa.installer} ships {release.libfabric}. Fix: raise the EFA installer.",
+                rules.source,
+            )
+    nccl_floor = next((r for r in rules.nccl_min if plugin >= Version(r.plugin)), None)
+    if (
+        nccl_floor is not None
+        and _NCCL.match(matrix.nccl)
+        and release_version(matrix.nccl) < Version(nccl_floor.nccl)
+    ):
+        yield Finding(
+            "ofi.nccl-min",
+            ERROR,
+            "nccl",
+            f"aws-ofi-nccl {ofi.version} needs NCCL >= {nccl_floor.nccl}; the matrix pins {matrix.nccl}. "
+            "Fix: raise NCCL.",
+            rules.source,
+        )
+    for broken in rules.broken_with_installer:
+        if plugin == Version(broken.plugin) and installer >= Version(broken.installer_from):
+            yield Finding(
+                "ofi.broken-with-installer",
+                ERROR,
+                "aws_ofi_nccl.version",
+                f"aws-ofi-nccl {broken.plugin} does not work with EFA installer >= {broken.installer_from}. "
+                f"Fix: use {broken.fix}.",
+                rules.source,
+            )
+    for name in matrix.targets:
+        floor = rules.min_for_instance_type.get(name)
+        if floor is not None and plugin < Version(floor.plugin):
+            yield Finding(
+                "ofi.instance-type",
+                ERROR,
+                "aws_ofi_nccl.version",
+                f"{name} needs aws-ofi-nccl >= {floor.plugin}; the matrix pins {ofi.version}. "
+                f"Fix: raise aws-ofi-nccl (and the EFA installer that bundles it).",
+                floor.source,
+            )
+
+
+def rule_boot_mode(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    mode = matrix.os.boot_mode
+    for row in _target_rows(matrix):
+        ok = bool(set(row.boot_modes)) if mode == "uefi-preferred" else mode in row.boot_modes
+        if not ok:
+            yield Finding(
+                "boot.mode",
+                ERROR,
+                "os.boot_mode",
+                f"{row.name} boots only {', '.join(row.boot_modes)}; the base AMI is {mode}. "
+                "Fix: use a base AMI whose boot mode the target supports (uefi-preferred boots both).",
+                row.source,
+            )
+
+
+RULES: tuple[Rule, ...] = (
+    rule_exact_pins,
+    rule_base_ami,
+    rule_sha256,
+    rule_targets,
+    rule_cuda_driver,
+    rule_driver_eol,
+    rule_architecture,
+    rule_open_modules_available,
+    rule_nvswitch_companions,
+    rule_cudnn,
+    rule_nccl,
+    rule_efa_installer,
+    rule_aws_ofi_nccl,
+    rule_boot_mode,
+)
+
+
+def run_rules(matrix: Matrix) -> list[Finding]:
+    """Every finding of every rule, errors first, in a stable order."""
+    data = compat()
+    findings = [finding for rule in RULES for finding in rule(matrix, data)]
+    return sorted(findings, key=lambda f: (f.severity is not ERROR, f.field, f.rule))
