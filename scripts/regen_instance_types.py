@@ -7,9 +7,9 @@ Usage:
 It uses boto3's standard credential chain (AWS_PROFILE, AWS_ENDPOINT_URL, ...).
 The `aws` part of every row is replaced with what the API returns today; the
 curated `platform` part (GPU architecture, NVSwitch, NVLink Subnet Manager, each
-with a source) is kept. A type that is new to the catalog gets no platform part,
-and the script exits 1 and names it: someone must research and add it, because
-the API does not say whether a board has NVSwitch.
+with a source) is kept. A type that is new to the catalog has no platform part yet,
+so the script exits 1 and names it: someone must research and add it, because
+the API does not say whether a board has NVSwitch. Nothing is written then.
 """
 
 from __future__ import annotations
@@ -54,22 +54,21 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
 
+    needs_platform = [name for name in names if rows.get(name, {}).get("platform") is None]
+    if needs_platform:
+        print(
+            f"error: add a sourced 'platform' entry by hand for: {', '.join(needs_platform)} "
+            f"(nothing was written to {args.output})",
+            file=sys.stderr,
+        )
+        return 1
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
-    needs_platform = []
     for name in names:
-        row = rows.setdefault(name, {"platform": None})
-        row["aws"] = aws_fields(described[name])
-        if row.get("platform") is None:
-            needs_platform.append(name)
+        rows[name]["aws"] = aws_fields(described[name])
     current["source"] = f"AWS EC2 DescribeInstanceTypes, region {args.region}, retrieved {stamp}"
     current["instance_types"] = dict(sorted(rows.items()))
     write_text_atomic(args.output, json.dumps(current, indent=2) + "\n")
     print(f"wrote {len(names)} instance types to {args.output}")
-    if needs_platform:
-        print(
-            f"error: add a sourced 'platform' entry by hand for: {', '.join(needs_platform)}", file=sys.stderr
-        )
-        return 1
     return 0
 
 
