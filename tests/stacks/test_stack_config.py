@@ -1,0 +1,237 @@
+"""The stack config reader: types, relations between keys, and errors that name file, key and value."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuforge.errors import InputError
+from gpuforge.stack_config import engine_config, load_stack_config, parse_engine_values
+
+REPO = Path(__file__).resolve().parents[2]
+MATRIX = REPO / "images" / "matrices" / "p5-h100-cuda12.yaml"
+
+
+def _config(**overrides: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "aws:region": "us-east-1",
+        "gpuforge:matrix": str(MATRIX),
+        "gpuforge:instanceType": "p5.48xlarge",
+        "gpuforge:nodeCount": 16,
+        "gpuforge:nodeMode": "asg",
+        "gpuforge:availabilityZone": "us-east-1a",
+        "gpuforge:capacity": {
+            "type": "capacity-block",
+            "reservationId": "cr-0123456789abcdef0",
+            "start": "2025-07-01T11:30:00Z",
+            "end": "2025-07-15T11:30:00Z",
+        },
+        "gpuforge:lustre": {
+            "deploymentType": "PERSISTENT_2",
+            "storageCapacityGiB": 4800,
+            "throughputPerTiB": 250,
+            "s3Path": "s3://training-data/shards",
+        },
+    }
+    config.update(overrides)
+    return {key: value for key, value in config.items() if value is not None}
+
+
+def _stack(tmp_path: Path, config: dict[str, Any], *, raw: str | None = None) -> Path:
+    (tmp_path / "Pulumi.yaml").write_text("name: gpuforge-training\nruntime: python\n", encoding="utf-8")
+    text = raw if raw is not None else yaml.safe_dump({"config": config})
+    (tmp_path / "Pulumi.test.yaml").write_text(text, encoding="utf-8")
+    return tmp_path
+
+
+def _error(tmp_path: Path, config: dict[str, Any]) -> str:
+    with pytest.raises(InputError) as caught:
+        load_stack_config(_stack(tmp_path, config), "test")
+    assert caught.value.exit_code == 2
+    return caught.value.message
+
+
+def test_reads_every_key_into_typed_fields(tmp_path: Path) -> None:
+    config = load_stack_config(_stack(tmp_path, _config()), "test")
+    assert config.project == "gpuforge-training"
+    assert config.stack == "test"
+    assert config.matrix_path == MATRIX
+    assert config.instance_type == "p5.48xlarge"
+    assert config.node_count == 16
+    assert config.node_mode == "asg"
+    assert config.availability_zone == "us-east-1a"
+    assert config.region == "us-east-1"
+    assert config.capacity.type == "capacity-block"
+    assert config.capacity.reservation_id == "cr-0123456789abcdef0"
+    assert config.capacity.placement_group is None
+    assert config.capacity.start == datetime(2025, 7, 1, 11, 30, tzinfo=UTC)
+    assert config.capacity.end is not None and config.capacity.end.tzinfo is not None
+    assert config.lustre is not None
+    assert config.lustre.deployment_type == "PERSISTENT_2"
+    assert config.lustre.storage_capacity_gib == 4800
+    assert config.lustre.throughput_per_tib == 250
+    assert config.lustre.s3_path == "s3://training-data/shards"
+    assert config.catalog_path is None
+
+
+def test_relative_paths_resolve_against_the_stack_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack_dir = tmp_path / "stacks" / "training"
+    stack_dir.mkdir(parents=True)
+    matrices = tmp_path / "images" / "matrices"
+    matrices.mkdir(parents=True)
+    (matrices / "m.yaml").write_text(MATRIX.read_text(encoding="utf-8"), encoding="utf-8")
+    config = _config(
+        **{"gpuforge:matrix": "../../images/matrices/m.yaml", "gpuforge:catalog": "../../c.json"}
+    )
+    monkeypatch.chdir(tmp_path)  # the working directory must not matter
+    loaded = load_stack_config(_stack(stack_dir, config), "test")
+    assert loaded.matrix_path == (matrices / "m.yaml").resolve()
+    assert loaded.catalog_path == (tmp_path / "c.json").resolve()
+
+
+def test_engine_values_are_the_strings_the_engine_hands_a_program(tmp_path: Path) -> None:
+    loaded = load_stack_config(_stack(tmp_path, _config()), "test")
+    assert loaded.engine_values["gpuforge:nodeCount"] == "16"
+    assert loaded.engine_values["gpuforge:instanceType"] == "p5.48xlarge"
+    assert json.loads(loaded.engine_values["gpuforge:capacity"])["start"] == "2025-07-01T11:30:00Z"
+
+
+def test_unquoted_yaml_timestamps_stay_as_written(tmp_path: Path) -> None:
+    raw = yaml.safe_dump({"config": _config()}).replace("'2025-07-01T11:30:00Z'", "2025-07-01T11:30:00Z")
+    assert "start: 2025-07-01T11:30:00Z" in raw
+    loaded = load_stack_config(_stack(tmp_path, {}, raw=raw), "test")
+    assert loaded.capacity.start == datetime(2025, 7, 1, 11, 30, tzinfo=UTC)
+
+
+def test_engine_reader_and_file_reader_agree(tmp_path: Path) -> None:
+    from_file = load_stack_config(_stack(tmp_path, _config()), "test")
+    from_engine = parse_engine_values(
+        from_file.engine_values,
+        project="gpuforge-training",
+        stack="test",
+        stack_dir=tmp_path,
+        source="engine",
+    )
+    assert from_engine.model_dump(exclude={"source"}) == from_file.model_dump(exclude={"source"})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"gpuforge:nodeCnt": 4}, "unknown key 'gpuforge:nodeCnt'"),
+        ({"gpuforge:nodeCount": "sixteen"}, "gpuforge:nodeCount = 'sixteen'"),
+        ({"gpuforge:nodeCount": 2.5}, "gpuforge:nodeCount = 2.5"),
+        ({"gpuforge:nodeCount": True}, "gpuforge:nodeCount = True"),
+        ({"gpuforge:nodeCount": 0}, "gpuforge:nodeCount = 0"),
+        ({"gpuforge:nodeMode": "spot"}, "gpuforge:nodeMode = 'spot'"),
+        ({"gpuforge:instanceType": None}, "gpuforge:instanceType: required key is missing"),
+        (
+            {"gpuforge:lustre": {"deploymentType": "SCRATCH_2", "storageCapacityGiB": "1200"}},
+            "storageCapacityGiB",
+        ),
+        (
+            {"gpuforge:lustre": {"deploymentType": "SCRATCH_2", "storageCapacityGiB": 1200, "throughput": 1}},
+            "gpuforge:lustre.throughput: unknown key",
+        ),
+        ({"gpuforge:capacity": "on-demand"}, "gpuforge:capacity = 'on-demand'"),
+        ({"gpuforge:capacity": {"type": "spot"}}, "gpuforge:capacity.type = 'spot'"),
+        ({"gpuforge:capacity": {"type": "reservation"}}, "needs reservationId"),
+        ({"gpuforge:capacity": {"type": "reservation", "reservationId": "res-1"}}, "'res-1'"),
+        (
+            {"gpuforge:capacity": {"type": "on-demand", "reservationId": "cr-0123456789abcdef0"}},
+            "type is on-demand",
+        ),
+        (
+            {
+                "gpuforge:capacity": {
+                    "type": "capacity-block",
+                    "reservationId": "cr-0123456789abcdef0",
+                    "start": "2025-07-01T11:30:00",
+                    "end": "2025-07-02T11:30:00Z",
+                }
+            },
+            "timezone",
+        ),
+        (
+            {
+                "gpuforge:capacity": {
+                    "type": "capacity-block",
+                    "reservationId": "cr-0123456789abcdef0",
+                    "start": "2025-07-02T11:30:00Z",
+                    "end": "2025-07-01T11:30:00Z",
+                }
+            },
+            "is not after start",
+        ),
+        (
+            {"gpuforge:lustre": {"deploymentType": "PERSISTENT_2", "storageCapacityGiB": 1200}},
+            "needs throughputPerTiB",
+        ),
+        (
+            {
+                "gpuforge:lustre": {
+                    "deploymentType": "SCRATCH_2",
+                    "storageCapacityGiB": 1200,
+                    "throughputPerTiB": 125,
+                }
+            },
+            "PERSISTENT deployment types only",
+        ),
+        ({"gpuforge:availabilityZone": "us-west-2a"}, "not a zone of aws:region 'us-east-1'"),
+        ({"aws:region": None}, "aws:region = None"),
+        ({"gpuforge:matrix": "no/such/matrix.yaml"}, "gpuforge:matrix = 'no/such/matrix.yaml'"),
+        ({"nodeCount": 3}, "key 'nodeCount' has no namespace"),
+        ({"gpuforge-training:nodeCount": 3}, "project's namespace"),
+        ({"gpuforge:instanceType": {"secure": "AAAA"}}, "is a secret"),
+    ],
+)
+def test_bad_config_names_file_key_and_value(
+    tmp_path: Path, overrides: dict[str, Any], expected: str
+) -> None:
+    message = _error(tmp_path, _config(**overrides))
+    assert str(tmp_path / "Pulumi.test.yaml") in message
+    assert expected in message
+    assert "Fix:" in message
+
+
+def test_zone_ids_are_accepted(tmp_path: Path) -> None:
+    loaded = load_stack_config(_stack(tmp_path, _config(**{"gpuforge:availabilityZone": "use1-az4"})), "test")
+    assert loaded.availability_zone == "use1-az4"
+
+
+def test_other_namespaces_pass_through_and_secrets_of_other_namespaces_are_left_out(tmp_path: Path) -> None:
+    config = _config(**{"aws:profile": "training", "aws:defaultTags": {"tags": {"team": "ml"}}})
+    config["aws:secretKey"] = {"secure": "v1:abc"}
+    loaded = load_stack_config(_stack(tmp_path, config), "test")
+    assert loaded.engine_values["aws:profile"] == "training"
+    assert json.loads(loaded.engine_values["aws:defaultTags"]) == {"tags": {"team": "ml"}}
+    assert "aws:secretKey" not in loaded.engine_values
+
+
+def test_missing_stack_file_lists_the_stacks_there(tmp_path: Path) -> None:
+    _stack(tmp_path, _config())
+    with pytest.raises(InputError, match=r"Pulumi\.prod\.yaml: no such stack file.*\(test\)"):
+        load_stack_config(tmp_path, "prod")
+
+
+def test_missing_pulumi_yaml_is_named(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"Pulumi\.yaml: no such file"):
+        load_stack_config(tmp_path, "test")
+
+
+@pytest.mark.parametrize("raw", ["config: [1, 2]\n", "- a\n", "config:\n  a: [\n"])
+def test_malformed_stack_files_are_input_errors(tmp_path: Path, raw: str) -> None:
+    with pytest.raises(InputError, match=r"Pulumi\.test\.yaml"):
+        load_stack_config(_stack(tmp_path, {}, raw=raw), "test")
+
+
+def test_engine_config_turns_values_into_engine_strings(tmp_path: Path) -> None:
+    values = engine_config(tmp_path / "f.yaml", {"a:b": 3, "a:c": "x", "a:d": {"k": [1, True]}})
+    assert values == {"a:b": "3", "a:c": "x", "a:d": '{"k": [1, true]}'}
