@@ -10,12 +10,12 @@ config:
   gpuforge:instanceType: p5.48xlarge
   gpuforge:nodeCount: 16
   gpuforge:nodeMode: asg                # asg | instances
-  gpuforge:availabilityZone: us-east-1a # a zone name in aws:region, or a zone id such as use1-az4
+  gpuforge:availabilityZone: us-east-1a # a zone name in aws:region
   gpuforge:capacity:
     type: capacity-block                # on-demand | reservation | capacity-block
     reservationId: cr-0123456789abcdef0 # reservation and capacity-block
-    placementGroup: my-cluster-pg       # optional: an existing cluster placement group
-    start: "2025-07-01T11:30:00Z"       # optional pair, timezone required
+    placementGroup: my-cluster-pg       # reservation only, optional: the reservation's placement group
+    start: "2025-07-01T11:30:00Z"       # capacity-block only, with a time zone
     end: "2025-07-15T11:30:00Z"
   gpuforge:lustre:                      # optional: no key, no file system
     deploymentType: PERSISTENT_2
@@ -40,18 +40,19 @@ JSON text), so the file reader first turns values into those same strings with
 `engine_config`; both readers then decode and validate identically, and a stack
 file that passes here is read the same way under the real engine.
 
-This module checks the shape and types of the config, and the relations between
-its own keys. What an instance type, capacity type or file system allows is the
-cluster component's to decide (gpuforge.components), so that rule lives there once.
+This module checks the keys, their types and the paths. What an instance type,
+capacity type or file system allows is decided by the cluster component's own
+rules (gpuforge.components.specs and cluster_rules), which run here on the config
+so that a bad stack file fails before any program runs, with its file and key named.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
@@ -62,9 +63,10 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
-    model_validator,
 )
 
+from gpuforge.components import cluster_rules
+from gpuforge.components.specs import AmiPin, CapacitySpec, GpuClusterSpec, LustreSpec, NodeMode
 from gpuforge.errors import InputError
 
 NAMESPACE = "gpuforge"
@@ -87,63 +89,30 @@ KNOWN_KEYS: tuple[str, ...] = tuple(f"{NAMESPACE}:{key}" for key in _KEY_KINDS)
 DOC = "the gpuforge:* keys are listed in gpuforge/stack_config.py and the README ('Stacks')"
 
 _REGION_PATTERN = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
-_ZONE_ID_PATTERN = re.compile(r"^[a-z]{2,4}\d+-az\d+$")
+_T = TypeVar("_T")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
 
 
-class CapacityConfig(_Strict):
-    """Where the nodes' capacity comes from (`gpuforge:capacity`)."""
+class _CapacityKeys(_Strict):
+    """`gpuforge:capacity` as written; the rules are CapacitySpec's."""
 
-    type: Literal["on-demand", "reservation", "capacity-block"]
-    reservation_id: StrictStr | None = Field(
-        default=None, alias="reservationId", pattern=r"^cr-[0-9a-f]{8,17}$"
-    )
-    placement_group: StrictStr | None = Field(default=None, alias="placementGroup", min_length=1)
+    type: StrictStr
+    reservation_id: StrictStr | None = Field(default=None, alias="reservationId")
+    placement_group: StrictStr | None = Field(default=None, alias="placementGroup")
     start: AwareDatetime | None = None
     end: AwareDatetime | None = None
 
-    @model_validator(mode="after")
-    def _consistent(self) -> CapacityConfig:
-        if self.type == "on-demand" and self.reservation_id is not None:
-            raise ValueError(
-                "reservationId is set but type is on-demand; "
-                "set type to reservation or capacity-block, or remove reservationId"
-            )
-        if self.type != "on-demand" and self.reservation_id is None:
-            raise ValueError(
-                f"type {self.type} needs reservationId (the cr-... id of the reservation or Capacity Block)"
-            )
-        if (self.start is None) != (self.end is None):
-            raise ValueError("start and end go together: give both, or neither")
-        if self.start is not None and self.end is not None and self.end <= self.start:
-            raise ValueError(f"end {self.end.isoformat()} is not after start {self.start.isoformat()}")
-        return self
 
+class _LustreKeys(_Strict):
+    """`gpuforge:lustre` as written; the rules are LustreSpec's."""
 
-class LustreConfig(_Strict):
-    """The FSx for Lustre file system (`gpuforge:lustre`)."""
-
-    deployment_type: Literal["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"] = Field(
-        alias="deploymentType"
-    )
-    storage_capacity_gib: StrictInt = Field(alias="storageCapacityGiB", gt=0)
-    throughput_per_tib: StrictInt | None = Field(default=None, alias="throughputPerTiB", gt=0)
-    s3_path: StrictStr | None = Field(default=None, alias="s3Path", pattern=r"^s3://[a-z0-9.-]{3,63}(/.*)?$")
-
-    @model_validator(mode="after")
-    def _throughput_for_persistent(self) -> LustreConfig:
-        persistent = self.deployment_type.startswith("PERSISTENT")
-        if persistent and self.throughput_per_tib is None:
-            raise ValueError(f"deploymentType {self.deployment_type} needs throughputPerTiB")
-        if not persistent and self.throughput_per_tib is not None:
-            raise ValueError(
-                f"throughputPerTiB applies to PERSISTENT deployment types only, not {self.deployment_type}; "
-                "remove it"
-            )
-        return self
+    deployment_type: StrictStr = Field(alias="deploymentType")
+    storage_capacity_gib: StrictInt = Field(alias="storageCapacityGiB")
+    throughput_per_tib: StrictInt | None = Field(default=None, alias="throughputPerTiB")
+    s3_path: StrictStr | None = Field(default=None, alias="s3Path")
 
 
 class _GpuforgeKeys(_Strict):
@@ -152,15 +121,20 @@ class _GpuforgeKeys(_Strict):
     matrix: StrictStr = Field(min_length=1)
     instanceType: StrictStr = Field(min_length=1)  # the field names are the config keys
     nodeCount: StrictInt = Field(ge=1)
-    nodeMode: Literal["asg", "instances"]
+    nodeMode: NodeMode
     availabilityZone: StrictStr = Field(min_length=1)
-    capacity: CapacityConfig
-    lustre: LustreConfig | None = None
+    capacity: _CapacityKeys
+    lustre: _LustreKeys | None = None
     catalog: StrictStr | None = Field(default=None, min_length=1)
 
 
 class StackConfig(BaseModel):
-    """One stack's validated settings; paths are absolute."""
+    """One stack's validated settings; paths are absolute.
+
+    `capacity` and `lustre` are the cluster component's own specs, so every rule they
+    carry (reservation ids, Capacity Block dates, Lustre sizes and throughput) has
+    already been checked.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -171,11 +145,11 @@ class StackConfig(BaseModel):
     matrix_path: Path
     instance_type: str
     node_count: int
-    node_mode: Literal["asg", "instances"]
+    node_mode: NodeMode
     availability_zone: str
     region: str
-    capacity: CapacityConfig
-    lustre: LustreConfig | None
+    capacity: CapacitySpec
+    lustre: LustreSpec | None
     catalog_path: Path | None  # None: the default catalog (gpuforge.images.catalog.DEFAULT_CATALOG)
     engine_values: dict[str, str]  # every config key as the engine hands it to the program
 
@@ -354,14 +328,47 @@ def _resolve(stack_dir: Path, value: str) -> Path:
     return path if path.is_absolute() else (stack_dir / path).resolve()
 
 
-def _check_zone(source: str, zone: str, region: str) -> None:
-    if _ZONE_ID_PATTERN.match(zone):
-        return
-    if not (zone.startswith(region) and re.fullmatch(r"[a-z]", zone[len(region) :])):
-        raise InputError(
-            f"{source}: {NAMESPACE}:availabilityZone = {zone!r} is not a zone of aws:region {region!r}. "
-            f"Fix: use a zone name such as {region}a, or a zone id such as use1-az4, in that region."
-        )
+def _config_field_names() -> dict[str, str]:
+    """Component field names (as their errors spell them) -> the config keys a user wrote."""
+    names: dict[str, str] = {}
+    for key, model, spec in (
+        ("capacity", _CapacityKeys, "CapacitySpec"),
+        ("lustre", _LustreKeys, "LustreSpec"),
+    ):
+        for field, info in model.model_fields.items():
+            written = f"{NAMESPACE}:{key}.{info.alias or field}"
+            names[f"{spec}.{field}"] = written
+            names[f"{key}.{field}"] = written
+    for field, key in (
+        ("instance_type", "instanceType"),
+        ("node_count", "nodeCount"),
+        ("node_mode", "nodeMode"),
+        ("availability_zone", "availabilityZone"),
+    ):
+        names[f"GpuClusterSpec.{field}"] = names[field] = f"{NAMESPACE}:{key}"
+    return names
+
+
+_FIELD_NAMES = _config_field_names()
+# Whole names only: not inside a longer identifier or dotted path.
+_FIELD_PATTERN = re.compile(
+    r"(?<![\w.:])(?:"
+    + "|".join(re.escape(name) for name in sorted(_FIELD_NAMES, key=len, reverse=True))
+    + r")(?![\w])"
+)
+
+
+def _component_rule(source: str, where: str, check: Callable[[], _T]) -> _T:
+    """Run one of the cluster component's rules; its error is re-worded with the file and config key.
+
+    `where` names the config key when the component's message does not name one itself.
+    """
+    try:
+        return check()
+    except InputError as error:
+        message = _FIELD_PATTERN.sub(lambda match: _FIELD_NAMES[match.group(0)], error.message)
+        prefix = source if f"{NAMESPACE}:" in message else f"{source}: {where}"
+        raise InputError(f"{prefix}: {message}") from None
 
 
 def parse_engine_values(
@@ -384,7 +391,6 @@ def parse_engine_values(
         keys = _GpuforgeKeys.model_validate(decoded)
     except ValidationError as error:
         raise _pydantic_error(source, error, decoded) from None
-    _check_zone(source, keys.availabilityZone, region)
     matrix_path = _resolve(stack_dir, keys.matrix)
     if not matrix_path.is_file():
         raise InputError(
@@ -392,6 +398,26 @@ def parse_engine_values(
             "Fix: give the path of a matrix under images/matrices/, relative to the stack directory "
             f"{stack_dir} (e.g. ../../images/matrices/p5-h100-cuda12.yaml) or absolute."
         )
+    _component_rule(
+        source, f"{NAMESPACE}:instanceType", lambda: cluster_rules.instance_type(keys.instanceType)
+    )
+    _component_rule(
+        source,
+        "availabilityZone",
+        lambda: cluster_rules.check_availability_zone(keys.availabilityZone, region),
+    )
+    capacity = _component_rule(
+        source, f"{NAMESPACE}:capacity", lambda: CapacitySpec(**keys.capacity.model_dump())
+    )
+    _component_rule(
+        source, f"{NAMESPACE}:nodeMode", lambda: cluster_rules.check_node_mode(keys.nodeMode, capacity)
+    )
+    lustre_keys = keys.lustre
+    lustre = (
+        None
+        if lustre_keys is None
+        else _component_rule(source, f"{NAMESPACE}:lustre", lambda: LustreSpec(**lustre_keys.model_dump()))
+    )
     return StackConfig(
         project=project,
         stack=stack,
@@ -403,21 +429,29 @@ def parse_engine_values(
         node_mode=keys.nodeMode,
         availability_zone=keys.availabilityZone,
         region=region,
-        capacity=keys.capacity,
-        lustre=keys.lustre,
+        capacity=capacity,
+        lustre=lustre,
         catalog_path=_resolve(stack_dir, keys.catalog) if keys.catalog is not None else None,
         engine_values=dict(values),
     )
 
 
-__all__ = [
-    "KNOWN_KEYS",
-    "CapacityConfig",
-    "LustreConfig",
-    "StackConfig",
-    "engine_config",
-    "load_stack_config",
-    "parse_engine_values",
-    "read_project_name",
-    "stack_config_from_pulumi",
-]
+def cluster_spec(config: StackConfig, ami: AmiPin) -> GpuClusterSpec:
+    """The GpuCluster spec of a stack: its config plus the AMI resolved for it.
+
+    The cluster is named after the stack, so each stack's resources have distinct names.
+    """
+    return _component_rule(
+        config.source,
+        f"the cluster of stack {config.stack!r} (named after the stack)",
+        lambda: GpuClusterSpec(
+            name=config.stack,
+            instance_type=config.instance_type,
+            node_count=config.node_count,
+            node_mode=config.node_mode,
+            availability_zone=config.availability_zone,
+            ami=ami,
+            capacity=config.capacity,
+            lustre=config.lustre,
+        ),
+    )

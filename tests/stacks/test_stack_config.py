@@ -142,11 +142,11 @@ def test_engine_reader_and_file_reader_agree(tmp_path: Path) -> None:
         ),
         ({"gpuforge:capacity": "on-demand"}, "gpuforge:capacity = 'on-demand'"),
         ({"gpuforge:capacity": {"type": "spot"}}, "gpuforge:capacity.type = 'spot'"),
-        ({"gpuforge:capacity": {"type": "reservation"}}, "needs reservationId"),
+        ({"gpuforge:capacity": {"type": "reservation"}}, "gpuforge:capacity.reservationId = None"),
         ({"gpuforge:capacity": {"type": "reservation", "reservationId": "res-1"}}, "'res-1'"),
         (
             {"gpuforge:capacity": {"type": "on-demand", "reservationId": "cr-0123456789abcdef0"}},
-            "type is on-demand",
+            "on-demand capacity does not use reservation_id",
         ),
         (
             {
@@ -168,11 +168,11 @@ def test_engine_reader_and_file_reader_agree(tmp_path: Path) -> None:
                     "end": "2025-07-01T11:30:00Z",
                 }
             },
-            "is not after start",
+            "gpuforge:capacity.end = '2025-07-01T11:30:00+00:00'",
         ),
         (
             {"gpuforge:lustre": {"deploymentType": "PERSISTENT_2", "storageCapacityGiB": 1200}},
-            "needs throughputPerTiB",
+            "gpuforge:lustre.throughputPerTiB = None",
         ),
         (
             {
@@ -182,10 +182,28 @@ def test_engine_reader_and_file_reader_agree(tmp_path: Path) -> None:
                     "throughputPerTiB": 125,
                 }
             },
-            "PERSISTENT deployment types only",
+            "gpuforge:lustre.throughputPerTiB = 125",
         ),
-        ({"gpuforge:availabilityZone": "us-west-2a"}, "not a zone of aws:region 'us-east-1'"),
+        ({"gpuforge:availabilityZone": "us-west-2a"}, "gpuforge:availabilityZone = 'us-west-2a'"),
         ({"aws:region": None}, "aws:region = None"),
+        ({"gpuforge:instanceType": "p9.48xlarge"}, "gpuforge:instanceType: instance type 'p9.48xlarge'"),
+        ({"gpuforge:nodeMode": "instances"}, "gpuforge:nodeMode = 'instances'"),
+        (
+            {
+                "gpuforge:capacity": {
+                    "type": "capacity-block",
+                    "reservationId": "cr-0123456789abcdef0",
+                    "placementGroup": "pg",
+                    "start": "2025-07-01T11:30:00Z",
+                    "end": "2025-07-15T11:30:00Z",
+                }
+            },
+            "gpuforge:capacity.placementGroup = 'pg'",
+        ),
+        (
+            {"gpuforge:lustre": {"deploymentType": "SCRATCH_2", "storageCapacityGiB": 1000}},
+            "gpuforge:lustre.storageCapacityGiB = 1000",
+        ),
         ({"gpuforge:matrix": "no/such/matrix.yaml"}, "gpuforge:matrix = 'no/such/matrix.yaml'"),
         ({"nodeCount": 3}, "key 'nodeCount' has no namespace"),
         ({"gpuforge-training:nodeCount": 3}, "project's namespace"),
@@ -199,11 +217,6 @@ def test_bad_config_names_file_key_and_value(
     assert str(tmp_path / "Pulumi.test.yaml") in message
     assert expected in message
     assert "Fix:" in message
-
-
-def test_zone_ids_are_accepted(tmp_path: Path) -> None:
-    loaded = load_stack_config(_stack(tmp_path, _config(**{"gpuforge:availabilityZone": "use1-az4"})), "test")
-    assert loaded.availability_zone == "use1-az4"
 
 
 def test_other_namespaces_pass_through_and_secrets_of_other_namespaces_are_left_out(tmp_path: Path) -> None:
