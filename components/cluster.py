@@ -1,0 +1,182 @@
+"""GpuCluster: the whole training cluster from one GpuClusterSpec.
+
+network -> placement -> data bucket -> FSx for Lustre -> node group, each a child
+named `<name>-<part>`. Every check runs before the first child is registered, so
+a refused spec leaves nothing behind.
+
+Where the Lustre spec has no S3 link of its own and a DRA is possible, the file
+system is linked to the cluster's bucket (s3://<bucket>/) by a DRA; the summary's
+`lustre.s3_link` says which link was made.
+
+Tags: the spec's tags and `gpuforge:cluster` on everything; the nodes also carry
+the matrix pin (`gpuforge:matrix`, `gpuforge:matrix-version`, `gpuforge:matrix-digest`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import pulumi
+
+from gpuforge.components import cluster_rules, lustre_rules
+from gpuforge.components.bucket import DataBucket, DataBucketArgs
+from gpuforge.components.capacity import scale_plan
+from gpuforge.components.efa_layout import interface_layout
+from gpuforge.components.lustre import LustreStorage, LustreStorageArgs
+from gpuforge.components.network import ClusterNetwork, ClusterNetworkArgs
+from gpuforge.components.nodes import FileSystemMount, GpuNodeGroup, GpuNodeGroupArgs
+from gpuforge.components.placement import Placement, PlacementArgs
+from gpuforge.components.specs import GpuClusterSpec
+from gpuforge.components.summary import cluster_summary
+from gpuforge.errors import InputError
+
+TOKEN = "gpuforge:cluster:GpuCluster"
+CLUSTER_TAG = "gpuforge:cluster"
+
+
+class GpuCluster(pulumi.ComponentResource):
+    placement_group: pulumi.Output[str | None]
+    subnet_id: pulumi.Output[str]
+    security_group_id: pulumi.Output[str]
+    launch_template_id: pulumi.Output[str]
+    node_group: pulumi.Output[str | list[str]]
+    file_system_dns_name: pulumi.Output[str | None]
+    file_system_mount_name: pulumi.Output[str | None]
+    bucket: pulumi.Output[str | None]
+    summary: pulumi.Output[dict[str, Any]]
+
+    def __init__(
+        self,
+        name: str,
+        spec: GpuClusterSpec,
+        opts: pulumi.ResourceOptions | None = None,
+        *,
+        now: datetime | None = None,
+    ) -> None:
+        if not isinstance(spec, GpuClusterSpec):
+            raise InputError(
+                f"GpuCluster {name!r}: spec is a {type(spec).__name__}, not a GpuClusterSpec. "
+                "Fix: build it with GpuClusterSpec.from_config(config) or GpuClusterSpec(...)."
+            )
+        # Everything that can refuse the spec runs here, before any child exists.
+        instance = cluster_rules.instance_type(spec.instance_type)
+        interfaces = interface_layout(instance)
+        plan = scale_plan(spec.capacity, spec.node_count, now)
+        link_bucket = _links_cluster_bucket(spec)
+        if spec.lustre is not None:
+            lustre_rules.check(
+                spec.lustre, data_repository_association=link_bucket or spec.lustre.s3_path is not None
+            )
+
+        super().__init__(TOKEN, name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = {**spec.tags, CLUSTER_TAG: spec.name}
+
+        network = ClusterNetwork(
+            f"{name}-network", ClusterNetworkArgs(spec.availability_zone, spec.network, tags), opts=child
+        )
+        placement = Placement(
+            f"{name}-placement",
+            PlacementArgs(
+                spec.instance_type, spec.capacity, spec.placement_strategy, spec.partition_count, tags
+            ),
+            opts=child,
+        )
+        bucket = (
+            DataBucket(f"{name}-data", DataBucketArgs(spec.bucket, tags), opts=child) if spec.bucket else None
+        )
+
+        lustre = None
+        if spec.lustre is not None:
+            bucket_path = (
+                bucket.bucket_name.apply(lambda value: f"s3://{value}/") if link_bucket and bucket else None
+            )
+            lustre = LustreStorage(
+                f"{name}-lustre",
+                LustreStorageArgs(
+                    spec=spec.lustre,
+                    vpc_id=network.vpc_id,
+                    subnet_id=network.subnet_id,
+                    client_security_group_id=network.security_group_id,
+                    data_repository_path=bucket_path,
+                    tags=tags,
+                ),
+                opts=child,
+            )
+
+        nodes = GpuNodeGroup(
+            f"{name}-nodes",
+            GpuNodeGroupArgs(
+                instance_type=spec.instance_type,
+                node_count=spec.node_count,
+                ami=spec.ami,
+                subnet_id=network.subnet_id,
+                security_group_id=network.security_group_id,
+                capacity=spec.capacity,
+                node_mode=spec.node_mode,
+                placement_group=placement.group_name,
+                file_system=FileSystemMount(lustre.dns_name, lustre.mount_name) if lustre else None,
+                bucket_arn=bucket.arn if bucket else None,
+                bucket_kms_key_arn=spec.bucket.kms_key_arn if spec.bucket else None,
+                imds_hop_limit=spec.imds_hop_limit,
+                root_volume_gib=spec.root_volume_gib,
+                wait_for_capacity_timeout=spec.wait_for_capacity_timeout,
+                tags={
+                    **tags,
+                    "gpuforge:matrix": spec.ami.matrix_name,
+                    "gpuforge:matrix-version": spec.ami.matrix_version,
+                    "gpuforge:matrix-digest": spec.ami.matrix_digest,
+                },
+                now=now,
+            ),
+            opts=child,
+        )
+
+        none: pulumi.Output[str | None] = pulumi.Output.from_input(None)
+        self.placement_group = placement.group_name
+        self.subnet_id = network.subnet_id
+        self.security_group_id = network.security_group_id
+        self.launch_template_id = nodes.launch_template_id
+        self.node_group = nodes.node_group
+        self.file_system_dns_name = lustre.dns_name if lustre else none
+        self.file_system_mount_name = lustre.mount_name if lustre else none
+        self.bucket = bucket.bucket_name if bucket else none
+        s3_link = lustre.s3_link if lustre else None
+        self.summary = placement.group_name.apply(
+            lambda group: cluster_summary(
+                spec,
+                instance=instance,
+                interfaces=interfaces,
+                plan=plan,
+                placement_group=group,
+                placement_source=placement.source,
+                placement_strategy=placement.strategy,
+                lustre_s3_link=s3_link,
+            )
+        )
+        self.register_outputs(
+            {
+                "placement_group": self.placement_group,
+                "subnet_id": self.subnet_id,
+                "security_group_id": self.security_group_id,
+                "launch_template_id": self.launch_template_id,
+                "node_group": self.node_group,
+                "file_system_dns_name": self.file_system_dns_name,
+                "file_system_mount_name": self.file_system_mount_name,
+                "bucket": self.bucket,
+                "summary": self.summary,
+            }
+        )
+
+
+def _links_cluster_bucket(spec: GpuClusterSpec) -> bool:
+    """Whether the file system gets a DRA to the cluster's bucket (it has no S3 link of its own)."""
+    lustre = spec.lustre
+    return (
+        lustre is not None
+        and spec.bucket is not None
+        and lustre.s3_path is None
+        and lustre.import_path is None
+        and lustre_rules.data_repository_association_supported(lustre)
+    )

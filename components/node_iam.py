@@ -1,0 +1,127 @@
+"""The nodes' IAM role: SSM core, the cluster's bucket, and SetInstanceHealth on their own group.
+
+Nothing wider: S3 access is scoped to the one bucket (and its KMS key, if any),
+and `autoscaling:SetInstanceHealth`, which the node agent calls to mark its node
+unhealthy, is scoped to the node group's own Auto Scaling group ARN (the action
+supports resource-level permissions on autoScalingGroup,
+https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2autoscaling.html).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+# Systems Manager's managed policy for instances it manages.
+# Source: https://docs.aws.amazon.com/systems-manager/latest/userguide/setup-instance-permissions.html
+SSM_CORE_POLICY = "AmazonSSMManagedInstanceCore"
+
+BUCKET_LEVEL_ACTIONS = ("s3:ListBucket", "s3:GetBucketLocation")
+OBJECT_LEVEL_ACTIONS = (
+    "s3:GetObject",
+    "s3:PutObject",
+    "s3:DeleteObject",
+    "s3:AbortMultipartUpload",
+    "s3:ListMultipartUploadParts",
+)
+KMS_ACTIONS = ("kms:Decrypt", "kms:GenerateDataKey")
+
+
+@dataclass(frozen=True)
+class NodeRole:
+    role: aws.iam.Role
+    instance_profile: aws.iam.InstanceProfile
+
+
+def _statement(
+    actions: tuple[str, ...], resources: list[str], sid: str
+) -> aws.iam.GetPolicyDocumentStatementArgs:
+    return aws.iam.GetPolicyDocumentStatementArgs(
+        sid=sid, effect="Allow", actions=list(actions), resources=resources
+    )
+
+
+def node_role(
+    owner: pulumi.Resource,
+    name: str,
+    *,
+    bucket_arn: pulumi.Input[str] | None,
+    bucket_kms_key_arn: str | None,
+    tags: Mapping[str, str],
+) -> NodeRole:
+    """The role and instance profile of one node group, children of `owner`."""
+    child = pulumi.ResourceOptions(parent=owner)
+    invoke = pulumi.InvokeOutputOptions(parent=owner)
+    partition = aws.get_partition_output(opts=invoke)
+    assume = aws.iam.get_policy_document_output(
+        statements=partition.dns_suffix.apply(
+            lambda suffix: [
+                aws.iam.GetPolicyDocumentStatementArgs(
+                    effect="Allow",
+                    actions=["sts:AssumeRole"],
+                    principals=[
+                        aws.iam.GetPolicyDocumentStatementPrincipalArgs(
+                            type="Service", identifiers=[f"ec2.{suffix}"]
+                        )
+                    ],
+                )
+            ]
+        ),
+        opts=invoke,
+    )
+    role = aws.iam.Role(
+        f"{name}-role",
+        assume_role_policy=assume.json,
+        description=f"gpuforge nodes of {name}",
+        tags=dict(tags),
+        opts=child,
+    )
+    aws.iam.RolePolicyAttachment(
+        f"{name}-ssm-core",
+        role=role.name,
+        policy_arn=partition.partition.apply(lambda p: f"arn:{p}:iam::aws:policy/{SSM_CORE_POLICY}"),
+        opts=child,
+    )
+    if bucket_arn is not None:
+
+        def bucket_statements(arn: str) -> list[aws.iam.GetPolicyDocumentStatementArgs]:
+            statements = [
+                _statement(BUCKET_LEVEL_ACTIONS, [arn], "ClusterBucket"),
+                _statement(OBJECT_LEVEL_ACTIONS, [f"{arn}/*"], "ClusterBucketObjects"),
+            ]
+            if bucket_kms_key_arn is not None:
+                statements.append(_statement(KMS_ACTIONS, [bucket_kms_key_arn], "ClusterBucketKey"))
+            return statements
+
+        aws.iam.RolePolicy(
+            f"{name}-bucket",
+            role=role.name,
+            policy=aws.iam.get_policy_document_output(
+                statements=pulumi.Output.from_input(bucket_arn).apply(bucket_statements), opts=invoke
+            ).json,
+            opts=child,
+        )
+    profile = aws.iam.InstanceProfile(f"{name}-profile", role=role.name, tags=dict(tags), opts=child)
+    return NodeRole(role=role, instance_profile=profile)
+
+
+def allow_set_instance_health(
+    owner: pulumi.Resource, name: str, role: aws.iam.Role, group_arn: pulumi.Input[str]
+) -> aws.iam.RolePolicy:
+    """Let the nodes mark themselves unhealthy in their own Auto Scaling group, and no other."""
+    invoke = pulumi.InvokeOutputOptions(parent=owner)
+    document = aws.iam.get_policy_document_output(
+        statements=pulumi.Output.from_input(group_arn).apply(
+            lambda arn: [_statement(("autoscaling:SetInstanceHealth",), [arn], "OwnGroupHealth")]
+        ),
+        opts=invoke,
+    )
+    return aws.iam.RolePolicy(
+        f"{name}-set-health",
+        role=role.name,
+        policy=document.json,
+        opts=pulumi.ResourceOptions(parent=owner),
+    )

@@ -1,0 +1,380 @@
+"""Typed, validated inputs of the cluster components.
+
+These are the shapes a stack builds from its Pulumi config (`GpuClusterSpec.from_config`)
+or from Python. Each model is frozen and rejects unknown fields; every rule a
+value breaks raises `gpuforge.errors.InputError` naming the field, the value,
+the rule and the fix, at construction, before any resource exists.
+
+Rules that need the hardware catalog or join several fields live in
+`cluster_rules` and `lustre_rules`; the models and the components call the same
+functions, so a rule is written once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from gpuforge.components import cluster_rules, lustre_rules
+from gpuforge.components.input_errors import from_validation_error, invalid
+
+CapacityType = Literal["on-demand", "reservation", "capacity-block"]
+NodeMode = Literal["asg", "instances"]
+PlacementStrategy = Literal["cluster", "partition"]
+ApiAccess = Literal["endpoints", "nat", "existing"]
+LustreDeploymentType = Literal["PERSISTENT_2", "SCRATCH_2", "SCRATCH_1"]
+LustreVersion = Literal["2.10", "2.12", "2.15"]
+S3EventType = Literal["NEW", "CHANGED", "DELETED"]
+LegacyAutoImportPolicy = Literal["NONE", "NEW", "NEW_CHANGED", "NEW_CHANGED_DELETED"]
+MetadataMode = Literal["AUTOMATIC", "USER_PROVISIONED"]
+
+# EC2 resource ids: a prefix and 8 (older) or 17 hex digits.
+# Source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/resource-ids.html
+_AMI_ID = re.compile(r"^ami-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
+_VPC_ID = re.compile(r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
+_SUBNET_ID = re.compile(r"^subnet-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
+_ROUTE_TABLE_ID = re.compile(r"^rtb-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
+# Capacity Reservation ids (ODCRs and Capacity Blocks alike), e.g. cr-0123456789abcdef0.
+# Source: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CapacityReservation.html
+_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
+_REGION = re.compile(r"^[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-\d+$")
+# A matrix digest is the sha256 hex of the normalized matrix (gpuforge.images.matrix.digest).
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+# S3 bucket naming rules: 3-63 characters, lowercase letters, digits, dots and hyphens,
+# beginning and ending with a letter or digit.
+# Source: https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_S3_PATH = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](?:/.*)?$")
+_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:(?:key|alias)/.+$")
+# The cluster name prefixes every resource name, IAM names and the bucket name, so it
+# keeps to the characters all of them accept (lowercase for S3).
+_CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,27}[a-z0-9]$")
+
+
+class _Spec(BaseModel):
+    """Frozen, strict, and every failure an InputError."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _errors_as_input_error(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        try:
+            return handler(data)
+        except ValidationError as error:
+            raise from_validation_error(cls.__name__, error) from None
+
+
+class AmiPin(_Spec):
+    """An AMI taken from gpuforge's image catalog: the entry for one matrix in one region.
+
+    `root_device_name` is where the encrypted gp3 root volume is attached; the default
+    is the root device of Ubuntu AMIs (Amazon Linux uses /dev/xvda).
+    """
+
+    ami_id: str
+    region: str
+    matrix_name: str = Field(min_length=1)
+    matrix_version: str = Field(min_length=1)
+    matrix_digest: str
+    root_device_name: str = "/dev/sda1"
+
+    @field_validator("ami_id")
+    @classmethod
+    def _ami_id(cls, value: str) -> str:
+        if not _AMI_ID.match(value):
+            raise invalid(
+                "ami.ami_id",
+                value,
+                "an AMI id is 'ami-' followed by 8 or 17 lowercase hex digits",
+                "take the id from the image catalog entry for the stack's matrix and region",
+                source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/resource-ids.html",
+            )
+        return value
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        if not _REGION.match(value):
+            raise invalid("ami.region", value, "not an AWS region name", "use a region such as us-east-1")
+        return value
+
+    @field_validator("matrix_digest")
+    @classmethod
+    def _digest(cls, value: str) -> str:
+        if not _DIGEST.match(value):
+            raise invalid(
+                "ami.matrix_digest",
+                value,
+                "a matrix digest is 64 lowercase hex digits (sha256)",
+                "copy the digest from the image catalog entry (`gpuforge matrix show` prints it)",
+            )
+        return value
+
+
+class CapacitySpec(_Spec):
+    """Where the nodes' capacity comes from.
+
+    - `on-demand`: plain On-Demand; gpuforge creates a cluster placement group.
+    - `reservation`: a targeted On-Demand Capacity Reservation (`reservation_id`). If the
+      reservation was made in a placement group, name it in `placement_group`; preflight
+      checks it against the reservation. No new group is made beside an ODCR.
+    - `capacity-block`: an EC2 Capacity Block for ML (`reservation_id`, `start`, `end`).
+      No placement group: AWS places block instances close together. The node group
+      holds zero nodes until `start` and scales to zero `scale_in_minutes_before_end`
+      minutes before `end` (AWS begins terminating 30 minutes before the end).
+    """
+
+    type: CapacityType = "on-demand"
+    reservation_id: str | None = None
+    placement_group: str | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    scale_in_minutes_before_end: int = 45
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        cluster_rules.check_capacity(self)
+        return self
+
+
+class NetworkSpec(_Spec):
+    """The VPC: a new one (`vpc_cidr`) or an existing VPC and subnet.
+
+    `api_access` is how private nodes reach AWS APIs (SSM, Auto Scaling, S3):
+    `endpoints` (interface endpoints plus an S3 gateway endpoint, the default), `nat`
+    (a NAT gateway in a public subnet, new VPCs only) or `existing` (the VPC already
+    provides a path; nothing is created).
+    """
+
+    vpc_cidr: str = "10.0.0.0/16"
+    vpc_id: str | None = None
+    subnet_id: str | None = None
+    route_table_ids: tuple[str, ...] = ()
+    api_access: ApiAccess = "endpoints"
+
+    @property
+    def existing(self) -> bool:
+        return self.vpc_id is not None
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        if (self.vpc_id is None) != (self.subnet_id is None):
+            raise invalid(
+                "network.vpc_id/subnet_id",
+                (self.vpc_id, self.subnet_id),
+                "an existing network needs both the VPC id and the subnet id",
+                "give both, or neither to let gpuforge create the VPC",
+            )
+        for field, value, pattern in (
+            ("network.vpc_id", self.vpc_id, _VPC_ID),
+            ("network.subnet_id", self.subnet_id, _SUBNET_ID),
+        ):
+            if value is not None and not pattern.match(value):
+                raise invalid(field, value, "not an EC2 resource id of that kind", "copy the id from EC2")
+        for table in self.route_table_ids:
+            if not _ROUTE_TABLE_ID.match(table):
+                raise invalid(
+                    "network.route_table_ids", table, "not a route table id (rtb-...)", "copy it from EC2"
+                )
+        if self.existing:
+            self._existing_rules()
+        else:
+            self._new_vpc_rules()
+        return self
+
+    def _existing_rules(self) -> None:
+        if self.api_access == "nat":
+            raise invalid(
+                "network.api_access",
+                self.api_access,
+                "gpuforge creates a NAT gateway only in a VPC it creates",
+                "use 'endpoints', or 'existing' if the VPC already routes to AWS APIs",
+            )
+        if self.api_access == "endpoints" and not self.route_table_ids:
+            raise invalid(
+                "network.route_table_ids",
+                self.route_table_ids,
+                "the S3 gateway endpoint attaches to the subnet's route tables",
+                "list the subnet's route table ids, or set api_access: existing",
+            )
+
+    def _new_vpc_rules(self) -> None:
+        if self.route_table_ids:
+            raise invalid(
+                "network.route_table_ids",
+                self.route_table_ids,
+                "route tables are only given with an existing VPC",
+                "remove them; gpuforge makes the route table of the VPC it creates",
+            )
+        try:
+            network = ipaddress.IPv4Network(self.vpc_cidr)
+        except ValueError:
+            raise invalid(
+                "network.vpc_cidr", self.vpc_cidr, "not an IPv4 network", "use a block such as 10.0.0.0/16"
+            ) from None
+        # The private subnet takes the first half and the NAT subnet a /24 of the second,
+        # so the VPC must leave room for both. AWS allows VPC blocks from /16 to /28.
+        # Source: https://docs.aws.amazon.com/vpc/latest/userguide/vpc-cidr-blocks.html
+        if not 16 <= network.prefixlen <= 22:
+            raise invalid(
+                "network.vpc_cidr",
+                self.vpc_cidr,
+                "the VPC block must be from /16 to /22",
+                "use a block such as 10.0.0.0/16",
+            )
+
+
+class LustreSpec(_Spec):
+    """FSx for Lustre: SSD storage, Lustre 2.15 and LZ4 compression by default.
+
+    The S3 link is a data repository association to `s3_path` (on a cluster, the
+    cluster's bucket when `s3_path` is empty). `import_path`/`export_path` are the legacy
+    link, only where a DRA cannot be used (SCRATCH_1 or Lustre 2.10). `efa_enabled`
+    needs PERSISTENT_2 with a metadata configuration. See `lustre_rules` for each rule
+    and its source.
+    """
+
+    deployment_type: LustreDeploymentType
+    storage_capacity_gib: int
+    throughput_per_tib: int | None = None
+    s3_path: str | None = None
+    file_system_path: str = "/"
+    auto_import_events: tuple[S3EventType, ...] = ("NEW", "CHANGED", "DELETED")
+    auto_export_events: tuple[S3EventType, ...] = ("NEW", "CHANGED", "DELETED")
+    import_path: str | None = None
+    export_path: str | None = None
+    auto_import_policy: LegacyAutoImportPolicy | None = None
+    efa_enabled: bool = False
+    metadata_mode: MetadataMode | None = None
+    metadata_iops: int | None = None
+    lustre_version: LustreVersion = "2.15"
+    data_compression: Literal["LZ4", "NONE"] = "LZ4"
+    kms_key_arn: str | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        for field, path in (
+            ("lustre.s3_path", self.s3_path),
+            ("lustre.import_path", self.import_path),
+            ("lustre.export_path", self.export_path),
+        ):
+            if path is not None and not _S3_PATH.match(path):
+                raise invalid(field, path, "not an S3 URL", "use s3://bucket/ or s3://bucket/prefix/")
+        if self.kms_key_arn is not None and not _KMS_KEY_ARN.match(self.kms_key_arn):
+            raise invalid("lustre.kms_key_arn", self.kms_key_arn, "not a KMS key ARN", "give the key's ARN")
+        lustre_rules.check(self, data_repository_association=self.s3_path is not None)
+        return self
+
+
+class BucketSpec(_Spec):
+    """The data bucket for datasets and checkpoints.
+
+    Always versioned, encrypted and closed to the public. `checkpoint_retention_days`
+    adds a lifecycle rule that expires objects (and their old versions) under
+    `checkpoint_prefix` after that many days.
+    """
+
+    bucket_name: str | None = None
+    kms_key_arn: str | None = None
+    force_destroy: bool = False
+    checkpoint_prefix: str = "checkpoints/"
+    checkpoint_retention_days: int | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        if self.bucket_name is not None and (
+            not _BUCKET_NAME.match(self.bucket_name) or ".." in self.bucket_name
+        ):
+            raise invalid(
+                "bucket.bucket_name",
+                self.bucket_name,
+                "S3 bucket names are 3-63 lowercase letters, digits, dots and hyphens",
+                "pick a name that follows the rule, or leave it empty to let Pulumi name the bucket",
+                source="https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html",
+            )
+        if self.kms_key_arn is not None and not _KMS_KEY_ARN.match(self.kms_key_arn):
+            raise invalid("bucket.kms_key_arn", self.kms_key_arn, "not a KMS key ARN", "give the key's ARN")
+        if self.checkpoint_retention_days is not None and self.checkpoint_retention_days < 1:
+            raise invalid(
+                "bucket.checkpoint_retention_days",
+                self.checkpoint_retention_days,
+                "S3 lifecycle expiration takes a positive number of days",
+                "use 1 or more, or leave it empty to keep checkpoints",
+            )
+        if self.checkpoint_retention_days is not None and not self.checkpoint_prefix:
+            raise invalid(
+                "bucket.checkpoint_prefix",
+                self.checkpoint_prefix,
+                "an empty prefix would expire every object in the bucket, datasets included",
+                "name the checkpoint folder, e.g. checkpoints/",
+            )
+        return self
+
+
+class GpuClusterSpec(_Spec):
+    """Everything a GpuCluster is built from.
+
+    `node_mode` is `asg` (an Auto Scaling group, the default: it replaces unhealthy
+    nodes) or `instances` (a fixed set). `imds_hop_limit` is 1 unless containers on the
+    node need IMDS (then 2). `wait_for_capacity_timeout` overrides the per-capacity
+    default chosen in `cluster_rules.wait_for_capacity_timeout`.
+    """
+
+    name: str
+    instance_type: str
+    node_count: int = Field(ge=1)
+    node_mode: NodeMode = "asg"
+    availability_zone: str
+    ami: AmiPin
+    capacity: CapacitySpec = CapacitySpec()
+    lustre: LustreSpec | None = None
+    bucket: BucketSpec | None = BucketSpec()
+    tags: dict[str, str] = Field(default_factory=dict)
+    network: NetworkSpec = NetworkSpec()
+    placement_strategy: PlacementStrategy = "cluster"
+    partition_count: int | None = None
+    imds_hop_limit: Literal[1, 2] = 1
+    root_volume_gib: int = Field(default=200, ge=8, le=16384)
+    wait_for_capacity_timeout: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _CLUSTER_NAME.match(value):
+            raise invalid(
+                "name",
+                value,
+                "a cluster name is 2-29 lowercase letters, digits and hyphens, starting with a letter",
+                "rename it; it prefixes resource, IAM and bucket names",
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        instance = cluster_rules.instance_type(self.instance_type)
+        cluster_rules.check_availability_zone(self.availability_zone, self.ami.region)
+        cluster_rules.check_node_mode(self.node_mode, self.capacity)
+        cluster_rules.check_placement(instance, self.placement_strategy, self.partition_count, self.capacity)
+        cluster_rules.check_user_tags(self.tags)
+        if self.wait_for_capacity_timeout is not None:
+            cluster_rules.check_wait_timeout(self.wait_for_capacity_timeout)
+        return self
+
+    @classmethod
+    def from_config(cls, data: Mapping[str, Any]) -> GpuClusterSpec:
+        """The spec from plain config data (e.g. a stack's Pulumi config object)."""
+        return cls.model_validate(dict(data))
