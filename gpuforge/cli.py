@@ -18,7 +18,7 @@ from gpuforge.errors import GpuforgeError
 
 # Modules that add command groups. Each defines register(subparsers) and sets
 # `handler` (a function of the parsed args returning the exit code).
-COMMAND_MODULES: tuple[str, ...] = ("gpuforge.images.matrix_cli",)
+COMMAND_MODULES: tuple[str, ...] = ("gpuforge.images.matrix_cli", "gpuforge.node.cli")
 
 Handler = Callable[[argparse.Namespace], int]
 

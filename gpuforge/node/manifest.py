@@ -131,7 +131,10 @@ def load_manifest(path: Path = DEFAULT_MANIFEST) -> Manifest:
     flavor = components["nvidia_kernel_modules"]
     if flavor not in KERNEL_MODULE_FLAVORS:
         raise _error(
-            path, "components.nvidia_kernel_modules", f"must be one of {', '.join(KERNEL_MODULE_FLAVORS)}", flavor
+            path,
+            "components.nvidia_kernel_modules",
+            f"must be one of {', '.join(KERNEL_MODULE_FLAVORS)}",
+            flavor,
         )
     return Manifest(
         path=path,

@@ -1,0 +1,137 @@
+"""The Xid catalog (data with sources) and the kernel-log check built on it."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from node_scenarios import context, fixture, p5_healthy
+
+from gpuforge.node.report import Status
+from gpuforge.node.xid import DMESG, XidEvent, check_xid, classify, load_catalog, parse_xids
+
+CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
+REQUIRED = (13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120, 140, 154)
+ACTIONS = {"ignore", "restart_app", "reset_gpu", "reboot", "replace", "workflow"}
+
+
+def _raw() -> dict[str, object]:
+    data: dict[str, object] = json.loads(
+        resources.files("gpuforge").joinpath("data/xid_catalog.json").read_text(encoding="utf-8")
+    )
+    return data
+
+
+def test_catalog_rows_carry_an_action_and_a_source() -> None:
+    codes = _raw()["codes"]
+    assert isinstance(codes, dict)
+    assert set(map(str, REQUIRED)) <= set(codes)
+    for code, row in codes.items():
+        assert row["action"] in ACTIONS, code
+        assert row["source"].startswith(CATALOG_URL), code
+        assert row["immediate_action"], code
+        if row["action"] == "workflow":
+            assert row["workflow_action"] in ACTIONS - {"workflow"} and row["workflow_basis"], code
+
+
+@pytest.mark.parametrize(
+    ("code", "bucket", "gate_action"),
+    [
+        (79, "RESTART_BM", "reboot"),
+        (48, "WORKFLOW_XID_48", "reset_gpu"),
+        (64, "RESET_GPU", "reset_gpu"),
+        (95, "RESET_GPU", "reset_gpu"),
+        (94, "RESTART_APP", "restart_app"),
+        (13, "RESTART_APP", "restart_app"),
+        (31, "RESTART_APP", "restart_app"),
+        (63, "IGNORE", "ignore"),
+        (92, "IGNORE", "ignore"),
+        (74, "WORKFLOW_NVLINK_ERR", "reset_gpu"),
+        (119, "RESET_GPU", "reset_gpu"),
+        (120, "RESET_GPU", "reset_gpu"),
+        (140, "RESET_GPU", "reset_gpu"),
+    ],
+)
+def test_catalog_actions_as_nvidia_lists_them(code: int, bucket: str, gate_action: str) -> None:
+    entry = load_catalog().entries[code]
+    assert (entry.immediate_action, entry.gate_action) == (bucket, gate_action)
+
+
+def test_parse_both_line_formats() -> None:
+    log = (
+        "[ 966.503025] NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate.\n"
+        "May  6 00:38:27 host kernel: [ 4909.922970] NVRM: Xid (0000:01:00): 13, 0005 00000000 0000502d 00000104\n"
+        "[    7.902311] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.133.20\n"
+    )
+    assert parse_xids(log) == (
+        XidEvent(
+            "0000:10:1C", 63, "pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate."
+        ),
+        XidEvent("0000:01:00", 13, "0005 00000000 0000502d 00000104"),
+    )
+
+
+def test_xid_154_takes_the_stated_recovery_action() -> None:
+    catalog = load_catalog()
+    reboot = XidEvent(
+        "0000:A8:00", 154, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
+    )
+    assert classify(reboot, catalog).action == "reboot"
+    none = XidEvent(
+        "0000:A8:00", 154, "GPU recovery action changed from 0x2 (Node Reboot Required) to 0x0 (None)"
+    )
+    assert classify(none, catalog).action == "ignore"
+    unreadable = XidEvent("0000:A8:00", 154, "something new")
+    assert classify(unreadable, catalog).action == "reset_gpu"
+
+
+def test_clean_log_passes(root: Path) -> None:
+    ctx, _ = context(p5_healthy(), "p5.48xlarge", root)
+    assert check_xid(ctx).evidence == "no NVRM Xid in the kernel log since boot"
+
+
+def test_xid_79_fails_the_node(root: Path) -> None:
+    ctx, _ = context(p5_healthy().set(DMESG, fixture("dmesg/xid79.txt")), "p5.48xlarge", root)
+    result = check_xid(ctx)
+    assert result.status is Status.FAIL
+    assert result.evidence == (
+        "Xid 79 on 0000:A8:00 -> reboot (RESTART_BM); "
+        "Xid 154 on 0000:A8:00 -> reboot (recovery action 'Node Reboot Required')"
+    )
+    assert "'reboot'" in result.cause and CATALOG_URL in result.cause
+
+
+def test_reset_level_xids_fail(root: Path) -> None:
+    ctx, _ = context(p5_healthy().set(DMESG, fixture("dmesg/xid-reset-needed.txt")), "p5.48xlarge", root)
+    result = check_xid(ctx)
+    assert result.status is Status.FAIL
+    assert "Xid 48 on 0000:86:00 -> reset_gpu (WORKFLOW_XID_48)" in result.evidence
+    assert "Xid 95 on 0000:86:00 -> reset_gpu (RESET_GPU)" in result.evidence
+    assert "Xid 45 on 0000:86:00 -> ignore (WORKFLOW_XID_45)" in result.evidence
+
+
+def test_application_xids_only_warn(root: Path) -> None:
+    ctx, _ = context(p5_healthy().set(DMESG, fixture("dmesg/xid-application.txt")), "p5.48xlarge", root)
+    result = check_xid(ctx)
+    assert result.status is Status.WARN
+    assert "Xid 13 on 0000:53:00 x2 -> restart_app (RESTART_APP)" in result.evidence
+    assert "Xid 63 on 0000:75:00 -> ignore (IGNORE)" in result.evidence
+    assert "application-level" in result.cause
+
+
+def test_codes_outside_the_catalog_warn_with_a_pointer(root: Path) -> None:
+    ctx, _ = context(p5_healthy().set(DMESG, fixture("dmesg/xid-unlisted.txt")), "p5.48xlarge", root)
+    result = check_xid(ctx)
+    assert result.status is Status.WARN
+    assert result.evidence == "Xid 144 on 0000:97:00 -> unclassified (not in gpuforge's Xid catalog)"
+    assert CATALOG_URL in result.cause
+
+
+def test_unreadable_kernel_log_fails(root: Path) -> None:
+    scenario = p5_healthy().set(DMESG, "dmesg: read kernel buffer failed: Operation not permitted\n", 1)
+    ctx, _ = context(scenario, "p5.48xlarge", root)
+    result = check_xid(ctx)
+    assert result.status is Status.FAIL
+    assert "Operation not permitted" in result.evidence and "root" in result.cause
