@@ -61,6 +61,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle_check(args: argparse.Namespace, paths: HostPaths | None = None) -> int:
+    """Run the gate; `paths` moves the /proc and /sys reads below another root (tests)."""
     manifest = load_manifest(args.manifest)
     imds = ImdsClient()
     type_name = args.expect or imds.identity().instance_type
@@ -73,9 +74,17 @@ def handle_check(args: argparse.Namespace, paths: HostPaths | None = None) -> in
         require_fsx=args.require_fsx,
     )
     report = run_checks(ctx)
-    if args.report_dir is not None:
-        write_report(report, args.report_dir)
     sys.stdout.write(dumps(report) if args.json else report.to_text() + "\n")
+    if args.report_dir is not None:
+        try:
+            write_report(report, args.report_dir)
+        except OSError as error:
+            # The verdict above stands (and is in the journal); a missing file must not change it.
+            print(
+                f"gpuforge: warning: could not write the report to {args.report_dir}: {error}. "
+                "Fix: make the directory writable by the check (the systemd unit runs it as root).",
+                file=sys.stderr,
+            )
     if report.healthy:
         return EXIT_HEALTHY
     if args.report_asg:

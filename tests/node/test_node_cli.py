@@ -187,3 +187,37 @@ def test_console_script_on_this_gpu_less_host(tmp_path: Path) -> None:
     by_id = {check["id"]: check for check in report["checks"]}
     assert by_id["gpu.inventory"]["status"] == "fail"
     assert by_id["driver.versions"]["status"] == "fail"
+
+
+def test_unwritable_report_dir_warns_and_keeps_the_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    code = run_node(
+        p5_healthy(),
+        tmp_path,
+        monkeypatch,
+        "--expect",
+        "p5.48xlarge",
+        "--manifest",
+        str(P5_MANIFEST),
+        "--report-dir",
+        str(blocker / "reports"),
+    )
+    captured = capsys.readouterr()
+    assert code == 0 and captured.out.rstrip().endswith("healthy")
+    assert f"could not write the report to {blocker / 'reports'}" in captured.err
+
+
+def test_checks_import_nothing_beyond_the_standard_library() -> None:
+    """The agent runs on bare GPU nodes: only --report-asg may pull in boto3, and only when used."""
+    probe = (
+        "import sys, gpuforge.node.cli, gpuforge.node.checks\n"
+        "third = {'boto3', 'botocore', 'pydantic', 'yaml', 'pulumi', 'packaging', 'filelock'}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & third))\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert completed.stdout.strip() == "[]"
