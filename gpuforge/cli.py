@@ -4,6 +4,10 @@ Each command group lives beside the code it drives and registers itself through
 a `register(subparsers)` function; this module only wires them together and
 turns `GpuforgeError` into a message and an exit code, so bad input never ends
 in a traceback.
+
+Only the module of the command being run is imported. `gpuforge node check`
+runs on GPU nodes, where the image installs the standard library's needs and
+boto3 but not Pulumi: importing `plan` there would break the health gate.
 """
 
 from __future__ import annotations
@@ -16,27 +20,43 @@ from collections.abc import Callable, Sequence
 from gpuforge import __version__
 from gpuforge.errors import GpuforgeError
 
-# Modules that add command groups. Each defines register(subparsers) and sets
-# `handler` (a function of the parsed args returning the exit code).
-COMMAND_MODULES: tuple[str, ...] = ("gpuforge.images.matrix_cli", "gpuforge.node.cli")
+# Command name -> (module defining register(subparsers), one-line help for the top-level listing).
+# A module's register() adds a parser of the same name and sets `handler` (args -> exit code).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "matrix": ("gpuforge.images.matrix_cli", "check and show image matrices"),
+    "image": ("gpuforge.images.image_cli", "render, build, list and verify pinned AMIs"),
+    "plan": ("gpuforge.plan.cli", "plan a stack offline under the Pulumi SDK's mocks"),
+    "preflight": ("gpuforge.preflight.cli", "check an AWS account before `pulumi up`"),
+    "node": ("gpuforge.node.cli", "health-check a GPU node (runs on the node)"),
+}
 
 Handler = Callable[[argparse.Namespace], int]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser, with the full sub-parser of `command` and a one-line entry for the others."""
     parser = argparse.ArgumentParser(
         prog="gpuforge", description="Pinned GPU images and EFA-correct training clusters on AWS."
     )
     parser.add_argument("--version", action="version", version=f"gpuforge {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    for name, (module, summary) in COMMANDS.items():
+        if name == command:
+            importlib.import_module(module).register(subparsers)
+        else:
+            subparsers.add_parser(name, help=summary, add_help=False)
     return parser
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The command word: the first argument that is not an option."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command(args_list))
+    args = parser.parse_args(args_list)
     handler: Handler = args.handler
     try:
         return handler(args)
