@@ -1,0 +1,146 @@
+"""The payload a build uploads to the builder: scripts, the matrix as shell values, unit files, gpuforge.
+
+The provisioning scripts are plain bash and read every version from
+`matrix.env`, which is written here from the checked matrix and the
+compatibility table, so no version is typed twice. gpuforge itself travels as a
+copy of its source tree (the folders pyproject.toml maps to packages), which the
+builder installs with pip; building a wheel here would need the package index on
+the machine that runs `image build`, which `--local` must not.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from gpuforge import hardware
+from gpuforge.compat import compat
+from gpuforge.errors import GpuforgeError
+from gpuforge.images.matrix import Matrix
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS_DIR = HERE / "scripts"
+FILES_DIR = HERE / "files"
+PROJECT_ROOT = HERE.parent
+
+MATRIX_ENV = "matrix.env"
+SOURCE_DIR = "gpuforge-src"
+
+# The EFA installer puts its bundled aws-ofi-nccl (installer 1.38.0 and later) under this
+# prefix. Source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-changelog.html
+# (1.38.0: "aws-ofi-nccl" added to the installer) and AWS's EFA + NCCL guide
+# (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start-nccl.html, /opt/amazon/ofi-nccl).
+BUNDLED_OFI_PREFIX = "/opt/amazon/ofi-nccl"
+# aws-ofi-nccl v1.15.0 renamed its library libnccl-net-ofi.so (selected with
+# NCCL_NET_PLUGIN=ofi); earlier releases install libnccl-net.so, which NCCL loads by default.
+# Source: aws/aws-ofi-nccl RELEASENOTES.md, v1.15.0.
+OFI_RENAMED_LIBRARY = Version("1.15.0")
+# Releases up to v1.13.2-aws carry an "-aws" suffix on their tag and tarball; v1.14.0 dropped it.
+# Source: aws/aws-ofi-nccl RELEASENOTES.md, v1.14.0; https://github.com/aws/aws-ofi-nccl/releases.
+OFI_PLAIN_TAGS = Version("1.14.0")
+
+
+def _ofi_values(matrix: Matrix) -> dict[str, str]:
+    ofi = matrix.aws_ofi_nccl
+    version = Version(ofi.version)
+    suffix = "" if version >= OFI_PLAIN_TAGS else "-aws"
+    return {
+        "GPUFORGE_OFI_VERSION": ofi.version,
+        "GPUFORGE_OFI_INSTALL": ofi.install,
+        "GPUFORGE_OFI_PREFIX": ofi.prefix if ofi.install == "separate" and ofi.prefix else BUNDLED_OFI_PREFIX,
+        "GPUFORGE_OFI_SHA256": ofi.sha256 or "",
+        "GPUFORGE_OFI_LIBRARY": "libnccl-net-ofi.so" if version >= OFI_RENAMED_LIBRARY else "libnccl-net.so",
+        "GPUFORGE_OFI_NET_PLUGIN": "ofi" if version >= OFI_RENAMED_LIBRARY else "",
+        "GPUFORGE_OFI_TARBALL_URL": (
+            f"https://github.com/aws/aws-ofi-nccl/releases/download/v{ofi.version}{suffix}/"
+            f"aws-ofi-nccl-{ofi.version}{suffix}.tar.gz"
+        ),
+    }
+
+
+def matrix_values(matrix: Matrix, digest: str) -> dict[str, str]:
+    """Every value the provisioning and verification scripts read, by variable name."""
+    release = compat().efa_installer.releases[matrix.efa.installer]
+    known = hardware.catalog()
+    nvswitch = any(known[name].nvswitch for name in matrix.targets if name in known)
+    nvidia = matrix.nvidia
+    values = {
+        "GPUFORGE_MATRIX_NAME": matrix.name,
+        "GPUFORGE_MATRIX_VERSION": matrix.version,
+        "GPUFORGE_MATRIX_DIGEST": digest,
+        "GPUFORGE_TARGETS": " ".join(matrix.targets),
+        "GPUFORGE_NVSWITCH": "1" if nvswitch else "0",
+        "GPUFORGE_DISTRO": matrix.os.distro,
+        "GPUFORGE_RELEASE": matrix.os.release,
+        "GPUFORGE_KERNEL": matrix.kernel,
+        "GPUFORGE_DRIVER": nvidia.driver,
+        "GPUFORGE_KERNEL_MODULES": nvidia.kernel_modules,
+        "GPUFORGE_FABRICMANAGER": nvidia.fabricmanager or "",
+        "GPUFORGE_NSCQ": nvidia.nscq or "",
+        "GPUFORGE_NVLSM": nvidia.nvlsm or "",
+        "GPUFORGE_CUDA": matrix.cuda,
+        "GPUFORGE_CUDNN": matrix.cudnn,
+        "GPUFORGE_NCCL": matrix.nccl,
+        "GPUFORGE_EFA_INSTALLER": matrix.efa.installer,
+        "GPUFORGE_EFA_SHA256": matrix.efa.sha256,
+        "GPUFORGE_LIBFABRIC": release.libfabric,
+        "GPUFORGE_EFA_DRIVER": release.efa_driver or "",
+        "GPUFORGE_LUSTRE": matrix.lustre_client,
+        "GPUFORGE_CONTAINER_TOOLKIT": matrix.container_toolkit,
+        "GPUFORGE_DCGM": matrix.dcgm,
+        "GPUFORGE_DCGM_EXPORTER": matrix.dcgm_exporter,
+    }
+    values.update(_ofi_values(matrix))
+    return values
+
+
+def matrix_env(values: dict[str, str]) -> str:
+    """The values as a file bash can source: one quoted assignment a line."""
+    header = "# Written by gpuforge from the checked matrix; the provisioning scripts source it.\n"
+    return header + "".join(f"{key}={shlex.quote(value)}\n" for key, value in values.items())
+
+
+def _pyproject(root: Path) -> dict[str, Any]:
+    path = root / "pyproject.toml"
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise GpuforgeError(
+            f"{path}: cannot read gpuforge's pyproject.toml ({error}); the image installs gpuforge from its "
+            "source tree. Fix: run gpuforge from a checkout of its repository (scripts/bootstrap.sh)."
+        ) from None
+
+
+def copy_source(dest: Path, root: Path = PROJECT_ROOT) -> None:
+    """Copy what building gpuforge needs: pyproject.toml, its readme and every mapped package folder."""
+    project = _pyproject(root)
+    folders = sorted(set(project["tool"]["setuptools"]["package-dir"].values()))
+    dest.mkdir(parents=True)
+    shutil.copy2(root / "pyproject.toml", dest / "pyproject.toml")
+    readme = project.get("project", {}).get("readme")
+    if isinstance(readme, str) and (root / readme).is_file():
+        shutil.copy2(root / readme, dest / readme)
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "catalog*.json", "*.lock")
+    for folder in folders:
+        shutil.copytree(root / folder, dest / folder, ignore=skip)
+
+
+def write_payload(payload: Path, matrix: Matrix, digest: str) -> None:
+    """Fill `payload` (a new folder) with the scripts, matrix.env, unit files and gpuforge's source."""
+    payload.mkdir(parents=True)
+    (payload / MATRIX_ENV).write_text(matrix_env(matrix_values(matrix, digest)), encoding="utf-8")
+    shutil.copytree(SCRIPTS_DIR, payload / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    for script in (payload / "scripts").glob("*.sh"):
+        script.chmod(0o755)
+    files = payload / "files"
+    files.mkdir()
+    if FILES_DIR.is_dir():
+        for item in sorted(FILES_DIR.iterdir()):
+            if item.is_file():
+                shutil.copy2(item, files / item.name)
+    copy_source(payload / SOURCE_DIR)

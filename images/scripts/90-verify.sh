@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR disable=SC2153 # GPUFORGE_* values come from matrix.env
+# The last build step: read back what is really installed, compare it with the matrix, and write
+# /etc/gpuforge/manifest.json for the node agent. Every difference is reported with the component
+# it concerns, and any difference fails the build before the manifest is written.
+#
+# A builder usually has no GPU and no EFA device, so this reads what was built for the pinned
+# kernel (modinfo) and installed (dpkg, the linker cache, the EFA installer's record). The loaded
+# driver is compared too when the builder has one; otherwise the node agent checks it at boot.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+load_matrix
+PATH="/opt/amazon/efa/bin:$PATH"
+
+failures=()
+declare -A found=()
+
+fail() { failures+=("$1: $2"); }
+
+# Compare an installed package with a pin; report it under COMPONENT when it differs.
+check_package() {
+    local component="$1" pin="$2" package="$3" version
+    version="$(installed_version "$package")"
+    if [[ -z "$version" ]]; then
+        fail "$component" "package $package is not installed (the matrix pins $pin)"
+        return 1
+    fi
+    if ! version_matches "$pin" "$version"; then
+        fail "$component" "package $package is $version, the matrix pins $pin"
+        return 1
+    fi
+}
+
+check_enabled() {
+    local component="$1" unit="$2" state
+    state="$(systemctl is-enabled "$unit" 2>/dev/null || true)"
+    [[ "$state" == enabled ]] || fail "$component" "$unit is '${state:-not installed}', it must be enabled"
+}
+
+check_kernel() {
+    local running
+    running="$(uname -r)"
+    if [[ "$running" == "$GPUFORGE_KERNEL" ]]; then
+        found[kernel]="$running"
+    else
+        fail kernel "running $running, the matrix pins $GPUFORGE_KERNEL"
+    fi
+}
+
+check_driver() {
+    local module flavour loaded ok=1
+    module="$(module_field nvidia version)"
+    if [[ -z "$module" ]]; then
+        fail nvidia_driver "no nvidia module is built for kernel $GPUFORGE_KERNEL"
+        ok=0
+    elif [[ "$module" != "$GPUFORGE_DRIVER" ]]; then
+        fail nvidia_driver "the nvidia module built for $GPUFORGE_KERNEL is $module, the matrix pins $GPUFORGE_DRIVER"
+        ok=0
+    fi
+    check_package nvidia_driver "$GPUFORGE_DRIVER" "$(pkg_driver)" || ok=0
+    local proc="${GPUFORGE_ROOT:-}/proc/driver/nvidia/version"
+    if [[ -r "$proc" ]]; then
+        loaded="$(head -n 1 "$proc")"
+        if [[ "$loaded" != *" $GPUFORGE_DRIVER "* ]]; then
+            fail nvidia_driver "the loaded driver reports '$loaded', the matrix pins $GPUFORGE_DRIVER"
+            ok=0
+        fi
+    fi
+    ((ok)) && found[nvidia_driver]="$GPUFORGE_DRIVER"
+    flavour="$(module_flavour)"
+    if [[ "$flavour" == "$GPUFORGE_KERNEL_MODULES" ]]; then
+        found[nvidia_kernel_modules]="$flavour"
+    else
+        fail nvidia_kernel_modules "the nvidia module built for $GPUFORGE_KERNEL is $flavour, the matrix pins $GPUFORGE_KERNEL_MODULES"
+    fi
+}
+
+check_fabric() {
+    if [[ -n "$GPUFORGE_FABRICMANAGER" ]]; then
+        check_package fabricmanager "$GPUFORGE_FABRICMANAGER" "$(pkg_fabricmanager)" &&
+            found[fabricmanager]="$GPUFORGE_FABRICMANAGER"
+        if [[ "$GPUFORGE_NVSWITCH" == 1 ]]; then
+            check_enabled fabricmanager nvidia-fabricmanager.service
+        fi
+    else
+        found[fabricmanager]=none
+    fi
+    if [[ -n "$GPUFORGE_NSCQ" ]]; then
+        check_package nscq "$GPUFORGE_NSCQ" "$(pkg_nscq)" || true
+    fi
+    if [[ -n "$GPUFORGE_NVLSM" ]]; then
+        check_package nvlsm "$GPUFORGE_NVLSM" nvlsm && found[nvlsm]="$GPUFORGE_NVLSM"
+    fi
+    check_enabled nvidia_driver nvidia-persistenced.service
+}
+
+check_cuda_stack() {
+    check_package cuda "$GPUFORGE_CUDA" "$(pkg_cuda)" && found[cuda]="$GPUFORGE_CUDA"
+    check_package cudnn "$GPUFORGE_CUDNN" "$(pkg_cudnn)" && found[cudnn]="$GPUFORGE_CUDNN"
+    local ok=1 path real want="${GPUFORGE_NCCL%%-*}"
+    check_package nccl "$GPUFORGE_NCCL" libnccl2 || ok=0
+    path="$(ld_path libnccl.so.2)"
+    if [[ -z "$path" ]]; then
+        fail nccl "libnccl.so.2 is not in the linker cache"
+        ok=0
+    else
+        real="$(readlink -f "${GPUFORGE_ROOT:-}$path")"
+        if [[ "${real##*/}" != "libnccl.so.$want" ]]; then
+            fail nccl "NCCL loads ${real#"${GPUFORGE_ROOT:-}"} (${real##*/}), the matrix pins NCCL $want"
+            ok=0
+        fi
+    fi
+    ((ok)) && found[nccl]="$GPUFORGE_NCCL"
+}
+
+check_efa() {
+    local installer module libfabric
+    installer="$(sed -n 's/^# EFA installer version: //p' "$(efa_installed_file)" 2>/dev/null | head -n 1)"
+    if [[ "$installer" == "$GPUFORGE_EFA_INSTALLER" ]]; then
+        found[efa_installer]="$installer"
+    else
+        fail efa_installer "the EFA installer record says '${installer:-nothing}', the matrix pins $GPUFORGE_EFA_INSTALLER"
+    fi
+    module="$(module_field efa version)"
+    if [[ -z "$module" ]]; then
+        fail efa_installer "no efa module is built for kernel $GPUFORGE_KERNEL"
+    elif [[ -n "$GPUFORGE_EFA_DRIVER" && "$module" != "$GPUFORGE_EFA_DRIVER" ]]; then
+        fail efa_installer "the efa module built for $GPUFORGE_KERNEL is $module, installer $GPUFORGE_EFA_INSTALLER ships $GPUFORGE_EFA_DRIVER"
+    fi
+    libfabric="$(fi_info --version 2>/dev/null | awk '$1 == "libfabric:" { print $2; exit }')" || true
+    if [[ "$libfabric" == "$GPUFORGE_LIBFABRIC" ]]; then
+        found[libfabric]="$libfabric"
+    else
+        fail libfabric "fi_info reports libfabric '${libfabric:-nothing}', installer $GPUFORGE_EFA_INSTALLER ships $GPUFORGE_LIBFABRIC"
+    fi
+}
+
+check_ofi() {
+    local path version
+    path="$(ld_path "$GPUFORGE_OFI_LIBRARY")"
+    if [[ -z "$path" ]]; then
+        fail aws_ofi_nccl "$GPUFORGE_OFI_LIBRARY is not in the linker cache, so NCCL cannot load it"
+        return
+    fi
+    if [[ "$path" != "$GPUFORGE_OFI_PREFIX"/* ]]; then
+        fail aws_ofi_nccl "NCCL loads $path, outside the pinned prefix $GPUFORGE_OFI_PREFIX"
+        return
+    fi
+    # The plugin logs "Initializing aws-ofi-nccl <version>" and carries that string
+    # (aws/aws-ofi-nccl src/nccl_ofi_net.cpp, PACKAGE_STRING from configure.ac AC_INIT).
+    version="$(grep -a -o -m 1 'aws-ofi-nccl [0-9][0-9A-Za-z.+-]*' "${GPUFORGE_ROOT:-}$path" 2>/dev/null | head -n 1)" || true
+    version="${version#aws-ofi-nccl }"
+    if ! version_matches "$GPUFORGE_OFI_VERSION" "$version"; then
+        fail aws_ofi_nccl "NCCL loads $path, version '${version:-unknown}', the matrix pins $GPUFORGE_OFI_VERSION"
+        return
+    fi
+    if [[ -n "$GPUFORGE_OFI_NET_PLUGIN" ]] &&
+        ! grep -qx "NCCL_NET_PLUGIN=$GPUFORGE_OFI_NET_PLUGIN" "${GPUFORGE_ROOT:-}/etc/nccl.conf" 2>/dev/null; then
+        fail aws_ofi_nccl "/etc/nccl.conf does not select the plugin (NCCL_NET_PLUGIN=$GPUFORGE_OFI_NET_PLUGIN)"
+        return
+    fi
+    found[aws_ofi_nccl]="$GPUFORGE_OFI_VERSION"
+}
+
+check_rest() {
+    check_package lustre_client "$GPUFORGE_LUSTRE" "$(pkg_lustre)" && found[lustre_client]="$GPUFORGE_LUSTRE"
+    check_package container_toolkit "$GPUFORGE_CONTAINER_TOOLKIT" nvidia-container-toolkit &&
+        found[container_toolkit]="$GPUFORGE_CONTAINER_TOOLKIT"
+    check_package dcgm "$GPUFORGE_DCGM" "$(pkg_dcgm)" && found[dcgm]="$GPUFORGE_DCGM"
+    check_package dcgm_exporter "$(dcgm_exporter_version)" datacenter-gpu-manager-exporter || true
+}
+
+check_holds() {
+    local package
+    [[ -r "$PINNED_LIST" ]] || {
+        fail hold "no record of pinned packages at $PINNED_LIST"
+        return
+    }
+    local held
+    held="$(apt-mark showhold)"
+    while read -r package; do
+        grep -qx "$package" <<<"$held" || fail hold "$package is not held"
+    done < <(sort -u "$PINNED_LIST")
+}
+
+json_string() {
+    local text="${1//\\/\\\\}"
+    printf '"%s"' "${text//\"/\\\"}"
+}
+
+write_manifest() {
+    local target="$1" key first=1
+    local -a keys=(kernel nvidia_driver nvidia_kernel_modules fabricmanager cuda cudnn nccl efa_installer
+        libfabric aws_ofi_nccl lustre_client container_toolkit dcgm)
+    [[ -n "${found[nvlsm]:-}" ]] && keys+=(nvlsm)
+    {
+        printf '{\n  "schema": 1,\n  "matrix": {\n'
+        printf '    "name": %s,\n' "$(json_string "$GPUFORGE_MATRIX_NAME")"
+        printf '    "version": %s,\n' "$(json_string "$GPUFORGE_MATRIX_VERSION")"
+        printf '    "digest": %s\n  },\n  "targets": [' "$(json_string "$GPUFORGE_MATRIX_DIGEST")"
+        for key in $GPUFORGE_TARGETS; do
+            ((first)) || printf ', '
+            first=0
+            json_string "$key"
+        done
+        printf '],\n  "components": {\n'
+        first=1
+        for key in "${keys[@]}"; do
+            ((first)) || printf ',\n'
+            first=0
+            printf '    %s: %s' "$(json_string "$key")" "$(json_string "${found[$key]}")"
+        done
+        printf '\n  }\n}\n'
+    } >"$target"
+}
+
+check_kernel
+check_driver
+check_fabric
+check_cuda_stack
+check_efa
+check_ofi
+check_rest
+check_holds
+
+if ((${#failures[@]})); then
+    for failure in "${failures[@]}"; do
+        printf 'gpuforge: verify: %s\n' "$failure" >&2
+    done
+    die "image verification failed: ${#failures[@]} difference(s) between the image and matrix $GPUFORGE_MATRIX_NAME $GPUFORGE_MATRIX_VERSION"
+fi
+
+manifest="$(manifest_file)"
+mkdir -p "$(dirname "$manifest")"
+write_manifest "$manifest.tmp"
+mv -f "$manifest.tmp" "$manifest"
+log "image matches matrix $GPUFORGE_MATRIX_NAME $GPUFORGE_MATRIX_VERSION; wrote $manifest"

@@ -1,0 +1,197 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # a library: its variables are used by the scripts that source it
+# Shared by gpuforge's provisioning and verification scripts; sourced, never run.
+#
+# Every version comes from ../matrix.env, which gpuforge writes from the checked matrix.
+# Package names are derived here once, so the install steps and the verification step
+# can never disagree about which package holds which component.
+#
+# GPUFORGE_ROOT (empty on a real build) prefixes every file path the scripts read or
+# write, so the verification step can be run against a recorded node in tests.
+
+GPUFORGE_PAYLOAD="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+GPUFORGE_STATE="${GPUFORGE_ROOT:-}/var/lib/gpuforge"
+PINNED_LIST="$GPUFORGE_STATE/pinned-packages"
+
+# Repository hosts, used to pick a package version from the intended origin only.
+NVIDIA_CUDA_HOST="developer.download.nvidia.com"
+NVIDIA_TOOLKIT_HOST="nvidia.github.io"
+FSX_HOST="fsx-lustre-client-repo.s3.amazonaws.com"
+
+export DEBIAN_FRONTEND=noninteractive
+APT_OPTIONS=(-y -q -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
+
+log() { printf '==> gpuforge: %s\n' "$*" >&2; }
+die() {
+    printf 'gpuforge: error: %s\n' "$*" >&2
+    exit 1
+}
+
+load_matrix() {
+    # shellcheck source=/dev/null
+    source "$GPUFORGE_PAYLOAD/matrix.env"
+}
+
+# --- names derived from the matrix --------------------------------------------------------
+
+cuda_series() { # 12.9.1 -> 12-9
+    local major_minor="${GPUFORGE_CUDA%.*}"
+    echo "${major_minor//./-}"
+}
+cuda_major() { echo "${GPUFORGE_CUDA%%.*}"; }
+driver_branch() { echo "${GPUFORGE_DRIVER%%.*}"; }
+
+pkg_driver() {
+    if [[ "$GPUFORGE_KERNEL_MODULES" == open ]]; then
+        echo "nvidia-driver-$(driver_branch)-open"
+    else
+        echo "nvidia-driver-$(driver_branch)"
+    fi
+}
+pkg_fabricmanager() { echo "nvidia-fabricmanager-$(driver_branch)"; }
+pkg_nscq() { echo "libnvidia-nscq-$(driver_branch)"; }
+# Never `cuda` or `cuda-X-Y`: those pull in cuda-drivers, which replaces the pinned driver.
+pkg_cuda() { echo "cuda-toolkit-$(cuda_series)"; }
+pkg_cudnn() {
+    local major="${GPUFORGE_CUDNN%%.*}"
+    if ((major >= 9)); then echo "libcudnn${major}-cuda-$(cuda_major)"; else echo "libcudnn${major}"; fi
+}
+pkg_cudnn_dev() {
+    local major="${GPUFORGE_CUDNN%%.*}"
+    if ((major >= 9)); then echo "libcudnn${major}-dev-cuda-$(cuda_major)"; else echo "libcudnn${major}-dev"; fi
+}
+pkg_lustre() { echo "lustre-client-modules-$GPUFORGE_KERNEL"; }
+pkg_dcgm() {
+    local major="${GPUFORGE_DCGM%%.*}"
+    if ((major >= 4)); then echo "datacenter-gpu-manager-${major}-core"; else echo "datacenter-gpu-manager"; fi
+}
+# dcgm-exporter versions read <dcgm>-<exporter>; its host package carries the exporter part.
+dcgm_exporter_version() { echo "${GPUFORGE_DCGM_EXPORTER#*-}"; }
+efa_installed_file() { echo "${GPUFORGE_ROOT:-}/opt/amazon/efa_installed_packages"; }
+manifest_file() { echo "${GPUFORGE_ROOT:-}/etc/gpuforge/manifest.json"; }
+
+# --- versions -------------------------------------------------------------------------------
+
+# A package version matches a pin when, without its epoch, it is the pin or the pin followed
+# by a Debian revision: 1:4.2.3-1 matches 4.2.3, 2.15.6-1fsx25 matches 2.15.6.
+version_matches() {
+    local pin="$1" actual="${2#*:}"
+    [[ "$actual" == "$pin" || "$actual" == "$pin"-* ]]
+}
+
+# The installed version of a package, or nothing when it is not installed.
+installed_version() {
+    local status
+    status="$(dpkg-query -W -f='${db:Status-Abbrev} ${Version}' "$1" 2>/dev/null)" || return 0
+    if [[ "$status" == "ii "* ]]; then
+        echo "${status##* }"
+    fi
+}
+
+# --- apt ------------------------------------------------------------------------------------
+
+apt_update() {
+    local attempt
+    for attempt in 1 2 3; do
+        if apt-get update -q; then return 0; fi
+        log "apt-get update failed (attempt $attempt of 3)"
+        sleep 10
+    done
+    die "apt-get update failed three times; check the builder's network and the repositories above"
+}
+
+# The one version of PACKAGE from ORIGIN that matches PIN; fails when there is none or several.
+apt_resolve() {
+    local package="$1" pin="$2" origin="$3" version url
+    local -a matches=()
+    while IFS='|' read -r _ version url; do
+        version="${version// /}"
+        if [[ "$url" == *"$origin"* ]] && version_matches "$pin" "$version"; then
+            matches+=("$version")
+        fi
+    done < <(apt-cache madison "$package" 2>/dev/null)
+    mapfile -t matches < <(printf '%s\n' "${matches[@]}" | sed '/^$/d' | sort -u)
+    if ((${#matches[@]} == 0)); then
+        return 1
+    fi
+    if ((${#matches[@]} > 1)); then
+        die "$package: pin $pin matches several versions from $origin (${matches[*]}); pin the full package version in the matrix"
+    fi
+    echo "${matches[0]}"
+}
+
+# Install every PACKAGE at the version matching PIN from ORIGIN, then hold it.
+install_pinned() {
+    local pin="$1" origin="$2" package version
+    shift 2
+    local -a wanted=()
+    for package in "$@"; do
+        version="$(apt_resolve "$package" "$pin" "$origin")" ||
+            die "$package: no version matching $pin in the repository at $origin (apt-cache madison $package)"
+        wanted+=("$package=$version")
+    done
+    log "installing ${wanted[*]}"
+    apt-get install "${APT_OPTIONS[@]}" --no-install-recommends --allow-downgrades "${wanted[@]}"
+    hold "$@"
+}
+
+# Hold packages now and remember them, so the system step can re-check every hold at the end.
+hold() {
+    mkdir -p "$GPUFORGE_STATE"
+    apt-mark hold "$@" >/dev/null
+    printf '%s\n' "$@" >>"$PINNED_LIST"
+}
+
+# Add an apt repository whose signing key must have FINGERPRINT (empty: trust the HTTPS download).
+add_apt_repository() {
+    local name="$1" key_url="$2" fingerprint="$3" line="$4" keyring found
+    keyring="/usr/share/keyrings/gpuforge-$name.gpg"
+    curl -fsSL --retry 3 -o "/tmp/gpuforge-$name.key" "$key_url"
+    found="$(gpg --show-keys --with-colons "/tmp/gpuforge-$name.key" | awk -F: '$1 == "fpr" { print $10; exit }')"
+    if [[ -n "$fingerprint" && "$found" != "$fingerprint" ]]; then
+        die "$name: the signing key at $key_url has fingerprint $found, expected $fingerprint"
+    fi
+    log "$name: signing key $found"
+    gpg --dearmor --yes -o "$keyring" "/tmp/gpuforge-$name.key"
+    echo "deb [signed-by=$keyring] $line" >"/etc/apt/sources.list.d/gpuforge-$name.list"
+}
+
+# Download URL to DEST and stop unless its sha256 is EXPECTED.
+download_checked() {
+    local url="$1" expected="$2" dest="$3" found
+    curl -fsSL --retry 3 -o "$dest" "$url"
+    found="$(sha256sum "$dest" | awk '{ print $1 }')"
+    if [[ "$found" != "$expected" ]]; then
+        die "$url: sha256 is $found, the matrix pins $expected; refusing to run it"
+    fi
+}
+
+# --- the node ---------------------------------------------------------------------------------
+
+require_kernel() {
+    local running
+    running="$(uname -r)"
+    [[ "$running" == "$GPUFORGE_KERNEL" ]] ||
+        die "kernel: running $running, the matrix pins $GPUFORGE_KERNEL (the reboot into the pinned kernel did not take)"
+}
+
+# The version field of a kernel module built for the pinned kernel, or nothing.
+module_field() {
+    modinfo -k "$GPUFORGE_KERNEL" -F "$2" "$1" 2>/dev/null | head -n 1
+}
+
+# open or proprietary, from the nvidia module's licence: the open modules declare
+# "Dual MIT/GPL" (NVIDIA/open-gpu-kernel-modules, kernel-open/nvidia/nv-frontend.c),
+# the proprietary ones "NVIDIA".
+module_flavour() {
+    case "$(module_field nvidia license)" in
+    "Dual MIT/GPL") echo open ;;
+    NVIDIA) echo proprietary ;;
+    *) echo unknown ;;
+    esac
+}
+
+# The absolute path ld.so resolves LIBRARY to, from the linker cache.
+ld_path() {
+    ldconfig -p | awk -v lib="$1" '$1 == lib { print $NF; exit }'
+}
