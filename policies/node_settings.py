@@ -1,0 +1,54 @@
+"""A launch template's or an instance's own settings, for the per-node resource policies.
+
+Node rules (AMI, EFA interfaces, metadata, public IP, disks) run on both launch
+templates and instances. An instance launched from a template takes every setting
+it leaves unset from the template, and the template is checked on its own; so a
+setting an instance leaves to its template is the template's business, not the
+instance's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pulumi_policy import ResourceValidationArgs
+
+from gpuforge.policies import aws_types
+from gpuforge.policies.props import at, is_set, snake
+
+# Where each setting lives, by resource type (camelCased, as the engine sends props).
+AMI_FIELD = {aws_types.LAUNCH_TEMPLATE: "imageId", aws_types.INSTANCE: "ami"}
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    resource_type: str
+    props: Any
+
+    @classmethod
+    def of(cls, args: ResourceValidationArgs) -> NodeSettings | None:
+        """The settings of a launch template or an instance; None for any other resource."""
+        if args.resource_type not in aws_types.NODES:
+            return None
+        return cls(args.resource_type, args.props)
+
+    @property
+    def kind(self) -> str:
+        return "launch template" if self.resource_type == aws_types.LAUNCH_TEMPLATE else "instance"
+
+    @property
+    def from_template(self) -> bool:
+        """An instance launched from a launch template."""
+        return self.resource_type == aws_types.INSTANCE and is_set(at(self.props, "launchTemplate"))
+
+    def get(self, *path: str) -> Any:
+        return at(self.props, *path)
+
+    def left_to_template(self, *path: str) -> bool:
+        """True when an instance leaves this setting to its launch template."""
+        return self.from_template and not is_set(self.get(*path))
+
+    def field(self, *path: str) -> str:
+        """A setting's name as a Python program writes it: `metadata_options.http_tokens`."""
+        return ".".join(snake(part) for part in path)

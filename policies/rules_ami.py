@@ -1,0 +1,179 @@
+"""AMI rules: every node boots an AMI the image catalog records for a matrix that passes its check.
+
+"Reject unpinned stacks": an AMI id that the catalog does not record, one that an
+SSM parameter resolves at launch ("latest"), one that is not a literal at preview
+(a lookup or another resource's output) and one whose matrix fails
+`gpuforge matrix check` are all rejected. A `most_recent` AMI lookup returns an
+id the catalog does not record, so it fails the same way.
+
+The advisory rule warns while a pinned AMI's driver branch nears its end of life,
+using the same data and rule as `gpuforge matrix check`, with the warning window
+as policy config.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyConfigSchema,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+)
+
+from gpuforge.compat import compat
+from gpuforge.errors import InputError, Severity
+from gpuforge.images.rules import rule_driver_eol
+from gpuforge.policies import aws_types
+from gpuforge.policies.node_settings import AMI_FIELD, NodeSettings
+from gpuforge.policies.pinned_images import CONFIG_PROPERTIES, ImageSources
+from gpuforge.policies.props import UNKNOWN, text
+
+SSM_PREFIX = "resolve:ssm:"
+# A launch template's image id may name an SSM parameter that EC2 resolves at launch.
+# Source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/create-launch-template.html
+#         ("Use a Systems Manager parameter instead of an AMI ID")
+SSM_SOURCE = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/create-launch-template.html"
+PIN_FIX = (
+    "use the AMI id that the image catalog records for the stack's matrix and region "
+    "(GpuCluster takes it from the catalog; build one with `gpuforge image build MATRIX`)"
+)
+
+WARN_DAYS_KEY = "warnDaysBeforeEol"
+
+
+def _node_ami(args: ResourceValidationArgs) -> tuple[str | None, str | None]:
+    """(literal AMI id, None) for a node that names one, (None, why it is not pinned) for a node
+    that does not, and (None, None) where the rule does not apply."""
+    node = NodeSettings.of(args)
+    if node is None:
+        return None, None
+    field = AMI_FIELD[node.resource_type]
+    value = text(node.get(field))
+    name = node.field(field)
+    if value is None:
+        if node.resource_type == aws_types.INSTANCE and not node.from_template:
+            return None, f"the instance sets no {name} and no launch template. Fix: {PIN_FIX}."
+        # A template without an image id leaves it to the instance that uses it, which is checked itself.
+        return None, None
+    if value is UNKNOWN:
+        return None, (
+            f"{name} is not known at preview: it comes from another resource or a lookup, so no one can "
+            f"tell which AMI the nodes boot. A pinned AMI is a literal id. Fix: {PIN_FIX}."
+        )
+    if value.startswith(SSM_PREFIX):
+        return None, (
+            f"{name} {value!r} resolves an SSM parameter when each node launches, so the AMI can change "
+            f"under the stack (source: {SSM_SOURCE}). Fix: {PIN_FIX}."
+        )
+    return value, None
+
+
+def validate_ami(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    ami_id, problem = _node_ami(args)
+    if problem is not None:
+        report(problem, None)
+    if ami_id is None:
+        return
+    sources = ImageSources.from_config(args.get_config())
+    try:
+        pinned = sources.pinned(ami_id)
+    except InputError as error:
+        report(f"cannot check the AMI {ami_id!r}: {error.message}", None)
+        return
+    if not pinned:
+        report(
+            f"AMI {ami_id!r} is not in the image catalog {sources.catalog_path} "
+            f"({sources.recorded()} AMIs recorded), so nothing says which drivers, CUDA and EFA it holds. "
+            f"Fix: {PIN_FIX}.",
+            None,
+        )
+        return
+    if any(image.matrix is not None and image.matrix.ok for image in pinned):
+        return
+    for image in pinned:
+        entry = image.entry
+        built = f"AMI {ami_id!r} was built from matrix {entry.matrix_name} {entry.matrix_version}"
+        if image.matrix is None:
+            unreadable = sources.matrices().unreadable
+            extra = f" (files that are not valid matrices: {', '.join(unreadable)})" if unreadable else ""
+            report(
+                f"{built} (digest {entry.matrix_digest[:12]}), but no matrix under {sources.matrices_dir} "
+                f"has that digest{extra}: the matrix changed or is gone. Fix: rebuild the image from the "
+                "current matrix and use its AMI, or restore the matrix the AMI was built from.",
+                None,
+            )
+            continue
+        errors = [f.render() for f in image.matrix.findings if f.severity is Severity.ERROR]
+        report(
+            f"{built} ({image.matrix.path}), which fails `gpuforge matrix check` with "
+            f"{len(errors)} error(s): {'; '.join(errors)}. Fix: correct the matrix, rebuild the image "
+            "and use the new AMI from the catalog.",
+            None,
+        )
+
+
+def validate_driver_eol(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    ami_id, _ = _node_ami(args)  # an AMI that is not pinned is ami-pinned's verdict
+    if ami_id is None:
+        return
+    sources = ImageSources.from_config(args.get_config())
+    try:
+        pinned = sources.pinned(ami_id)
+    except InputError:
+        return  # an unreadable catalog is ami-pinned's verdict
+    days = int(args.get_config()[WARN_DAYS_KEY])
+    data = compat()
+    data = data.model_copy(
+        update={"driver_branches": data.driver_branches.model_copy(update={"warn_days_before_eol": days})}
+    )
+    for image in pinned:
+        if image.matrix is None or image.matrix.matrix is None:
+            continue
+        for finding in rule_driver_eol(image.matrix.matrix, data, date.today()):
+            if finding.severity is Severity.WARNING:
+                report(
+                    f"AMI {ami_id!r} (matrix {image.entry.matrix_name} {image.entry.matrix_version}): "
+                    f"{finding.message} (source: {finding.source})",
+                    None,
+                )
+
+
+def _config(extra: dict[str, dict[str, Any]] | None = None) -> PolicyConfigSchema:
+    return PolicyConfigSchema(properties={**CONFIG_PROPERTIES, **(extra or {})})
+
+
+AMI_PINNED = ResourceValidationPolicy(
+    name="ami-pinned",
+    description=(
+        "Every EC2 instance and launch template boots an AMI that the image catalog records for a "
+        "matrix that passes `gpuforge matrix check`. Instead of an unknown id, a most_recent lookup or "
+        "an SSM 'latest' parameter, use the catalog's AMI id for the stack's matrix and region."
+    ),
+    validate=validate_ami,
+    enforcement_level=EnforcementLevel.MANDATORY,
+    config_schema=_config(),
+)
+
+DRIVER_BRANCH_EOL = ResourceValidationPolicy(
+    name="driver-branch-eol",
+    description=(
+        "The pinned AMI's NVIDIA driver branch is near its end of life. Plan the move to a supported "
+        "Long Term Support branch: update the matrix's driver, rebuild the image and roll the nodes."
+    ),
+    validate=validate_driver_eol,
+    enforcement_level=EnforcementLevel.ADVISORY,
+    config_schema=_config(
+        {
+            WARN_DAYS_KEY: {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Warn this many days before a driver branch's end of life.",
+                "default": compat().driver_branches.warn_days_before_eol,
+            }
+        }
+    ),
+)
