@@ -455,3 +455,53 @@ def cluster_spec(config: StackConfig, ami: AmiPin) -> GpuClusterSpec:
             lustre=config.lustre,
         ),
     )
+
+
+def resolve_ami(config: StackConfig) -> AmiPin:
+    """The AMI built from the stack's matrix for its region, from the image catalog.
+
+    The catalog is `gpuforge:catalog` or the default one. There is no fallback: a
+    matrix with no entry for the region is an error that names the command building it.
+    """
+    from gpuforge.images.catalog import DEFAULT_CATALOG, LOCAL_CATALOG, load_catalog
+    from gpuforge.images.matrix import MatrixInvalid, load_valid
+
+    try:
+        matrix, digest = load_valid(config.matrix_path)
+    except MatrixInvalid as error:
+        raise InputError(
+            f"{config.source}: {NAMESPACE}:matrix = {str(config.matrix_path)!r} is not a valid matrix, so no AMI "
+            f"can be pinned for it: {error.message}"
+        ) from None
+    catalog_path = config.catalog_path or DEFAULT_CATALOG
+    entry = load_catalog(catalog_path).lookup(digest, config.region)
+    if entry is None:
+        local = catalog_path.resolve() == LOCAL_CATALOG.resolve()
+        command = f"gpuforge image build {display_path(config.matrix_path)} --region {config.region}"
+        raise InputError(
+            f"{config.source}: the image catalog {display_path(catalog_path)} has no AMI for matrix {matrix.name} "
+            f"{matrix.version} ({config.matrix_path}, digest {digest}) in region {config.region}. "
+            f"Fix: build it with `{command}{' --local' if local else ''}`"
+            + (
+                ""
+                if local
+                else f" (or `{command} --local` against the local emulator, then plan with "
+                f"--catalog {display_path(LOCAL_CATALOG)})"
+            )
+            + ", then run again."
+        )
+    return AmiPin(
+        ami_id=entry.ami_id,
+        region=config.region,
+        matrix_name=matrix.name,
+        matrix_version=matrix.version,
+        matrix_digest=digest,
+    )
+
+
+def display_path(path: Path) -> str:
+    """`path` relative to the working directory where it lies under it, else absolute: for messages and commands to copy."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,51 @@
+"""`gpuforge plan STACK_DIR --stack NAME [--catalog PATH] [--json]`.
+
+Exit codes: 0 when no mandatory policy fails, 1 when one does, 2 for bad config
+(an InputError from the config, the catalog or the program, through gpuforge.cli).
+
+The Pulumi SDK is imported only when the command runs: gpuforge.cli imports every
+command module to build its parser, and other commands (the node agent on GPU
+nodes) must not pay for, or depend on, the SDK.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_POLICY_FAILED = 0, 1
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="run a stack's Pulumi program offline (SDK mocks) and show its resources, summary and policy verdicts",
+        description="Runs STACK_DIR/__main__.py with the config of STACK_DIR/Pulumi.<stack>.yaml under the "
+        "Pulumi SDK's mocks: no AWS account, Pulumi CLI or provider plugin.",
+    )
+    parser.add_argument(
+        "stack_dir", type=Path, metavar="STACK_DIR", help="the Pulumi project, e.g. stacks/training"
+    )
+    parser.add_argument("--stack", required=True, metavar="NAME", help="the stack: reads Pulumi.NAME.yaml")
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        metavar="PATH",
+        help="image catalog to resolve the AMI from, in place of the stack's gpuforge:catalog",
+    )
+    parser.add_argument("--json", action="store_true", help="print the plan as one JSON document")
+    parser.set_defaults(handler=_plan)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from gpuforge.plan.render import plan_document, render_text
+    from gpuforge.plan.stack_plan import plan
+
+    result = plan(args.stack_dir, args.stack, catalog=args.catalog)
+    if args.json:
+        print(json.dumps(plan_document(result), indent=2))
+    else:
+        print(render_text(result))
+    return EXIT_POLICY_FAILED if result.mandatory_failures else EXIT_OK

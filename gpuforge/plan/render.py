@@ -1,0 +1,199 @@
+"""What `gpuforge plan` prints: the JSON document and the text view of a Plan.
+
+The JSON shape is a contract (scripts and CI read it):
+
+    {"stack": str,
+     "matrix": {"path": str, "digest": str},
+     "ami": {"id": str, "region": str, "catalog": str},
+     "resources": [{"urn", "type", "name", "parent", "inputs"}],   # sorted by URN
+     "summary": {...},                                              # GpuCluster.summary
+     "policies": [{"policy", "enforcement", "urn", "message"}]}
+
+`inputs` are the registration's inputs as the engine receives them (camelCased
+keys, numbers as floats); `parent` is the parent's URN (the root Stack's for
+top-level resources).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from gpuforge.images.catalog import DEFAULT_CATALOG
+from gpuforge.plan.stack_plan import Plan
+from gpuforge.pulumi_mocks import RecordedResource, TreeNode
+from gpuforge.stack_config import display_path
+
+
+def catalog_path(plan: Plan) -> Path:
+    """The catalog the program resolved its AMI from."""
+    return plan.config.catalog_path or DEFAULT_CATALOG
+
+
+def plan_document(plan: Plan) -> dict[str, Any]:
+    """The `--json` document; see the module docstring for its shape."""
+    ami = plan.summary["ami"]
+    resources = sorted(plan.run.resources, key=lambda resource: resource.urn or "")
+    return {
+        "stack": plan.config.stack,
+        "matrix": {"path": str(plan.config.matrix_path), "digest": ami["matrix_digest"]},
+        "ami": {"id": ami["id"], "region": ami["region"], "catalog": str(catalog_path(plan))},
+        "resources": [_resource(resource) for resource in resources],
+        "summary": _plain(plan.summary),
+        "policies": [asdict(verdict) for verdict in plan.verdicts],
+    }
+
+
+def _resource(resource: RecordedResource) -> dict[str, Any]:
+    return {
+        "urn": resource.urn,
+        "type": resource.type,
+        "name": resource.name,
+        "parent": resource.parent_urn,
+        "inputs": _plain(resource.inputs),
+    }
+
+
+def _plain(value: Any) -> Any:
+    """Mappings and sequences as dicts and lists, so json.dumps takes them."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [_plain(item) for item in value]
+    return value
+
+
+def render_text(plan: Plan) -> str:
+    """The plan for a person: header, resource tree, summary, policy verdicts, result."""
+    lines = [*_header(plan), "", *_tree(plan), "", *summary_lines(plan.summary), "", *_policies(plan), ""]
+    lines.append(_result(plan))
+    return "\n".join(lines)
+
+
+def _header(plan: Plan) -> list[str]:
+    config = plan.config
+    ami = plan.summary["ami"]
+    return [
+        f"Stack     {config.stack} of project {config.project} ({display_path(config.stack_dir / f'Pulumi.{config.stack}.yaml')})",
+        f"Matrix    {display_path(config.matrix_path)}: {ami['matrix_name']} {ami['matrix_version']}, digest {ami['matrix_digest']}",
+        f"AMI       {ami['id']} in {ami['region']}, from catalog {display_path(catalog_path(plan))}",
+    ]
+
+
+def _natural(text: str) -> list[Any]:
+    """Sort key that puts node-2 before node-10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def _sorted(nodes: Sequence[TreeNode]) -> list[TreeNode]:
+    return sorted(nodes, key=lambda node: (_natural(node.resource.name), node.resource.type))
+
+
+def _tree(plan: Plan) -> list[str]:
+    """Every resource under the root Stack, children sorted by name."""
+    config = plan.config
+    lines = [
+        f"Resources: {len(plan.run.resources)} registered (type  name)",
+        f"  pulumi:pulumi:Stack  {config.project}-{config.stack}",
+    ]
+
+    def visit(nodes: Sequence[TreeNode], prefix: str) -> Iterator[str]:
+        ordered = _sorted(nodes)
+        for index, node in enumerate(ordered):
+            last = index == len(ordered) - 1
+            yield f"{prefix}{'└─ ' if last else '├─ '}{node.resource.type}  {node.resource.name}"
+            yield from visit(node.children, prefix + ("   " if last else "│  "))
+
+    lines.extend(visit(plan.run.mocks.tree(), "  "))
+    return lines
+
+
+def summary_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The cluster summary: the figures a person checks first."""
+    capacity = summary["capacity"]
+    placement = summary["placement"]
+    ami = summary["ami"]
+    mode = "an Auto Scaling group" if summary["node_mode"] == "asg" else "fixed instances"
+    return [
+        "Summary",
+        f"  nodes      {summary['nodes']} x {summary['instance_type']} as {mode}{_schedule(capacity)}",
+        f"  GPUs       {summary['gpus_total']} x {summary['gpu_manufacturer']} {summary['gpu_model']}"
+        f" ({summary['gpus_per_node']} per node)",
+        f"  EFA        {_efa(summary)}, network {summary['network_performance']}",
+        f"  scratch    {summary['scratch_per_node_gb']} GB local NVMe per node"
+        f" ({summary['scratch_disks_per_node']} instance-store disk(s))",
+        f"  Lustre     {_lustre(summary['lustre'])}",
+        f"  placement  {_placement(placement, capacity)}",
+        f"  capacity   {_capacity(capacity)}",
+        f"  AMI        {ami['id']} ({ami['region']}), matrix {ami['matrix_name']} {ami['matrix_version']}",
+    ]
+
+
+def _schedule(capacity: Mapping[str, Any]) -> str:
+    steps = [f"{step['nodes']} at {step['at']}" for step in capacity["schedule"]]
+    if not steps:
+        return ""
+    return f"; {capacity['initial_nodes']} now, then " + ", ".join(steps)
+
+
+def _efa(summary: Mapping[str, Any]) -> str:
+    if not summary["efa_interfaces_max"]:
+        return f"none ({summary['instance_type']} has no EFA)"
+    return f"{summary['efa_interfaces_per_node']} of {summary['efa_interfaces_max']} interfaces per node"
+
+
+def _lustre(lustre: Mapping[str, Any] | None) -> str:
+    if lustre is None:
+        return "none"
+    parts = [f"{lustre['deployment_type']}, {lustre['storage_capacity_gib']} GiB"]
+    if lustre["throughput_per_tib"] is not None:
+        parts.append(f"{lustre['throughput_per_tib']} MB/s/TiB")
+    if lustre["throughput_mbps"] is not None:
+        parts.append(f"{lustre['throughput_mbps']} MB/s baseline")
+    parts.append(f"Lustre {lustre['lustre_version']}")
+    links = {"dra": "S3 linked by a data repository association", "import_path": "S3 linked by import path"}
+    parts.append(links.get(lustre["s3_link"], "no S3 link") if lustre["s3_link"] else "no S3 link")
+    if lustre["efa_enabled"]:
+        parts.append("EFA-enabled")
+    return ", ".join(parts)
+
+
+def _placement(placement: Mapping[str, Any], capacity: Mapping[str, Any]) -> str:
+    if placement["source"] == "created":
+        return f"new {placement['strategy']} placement group {placement['group']}"
+    if placement["source"] == "reservation":
+        return f"the reservation's placement group {placement['group']}"
+    if capacity["type"] == "capacity-block":
+        return "none: AWS places a Capacity Block's instances close together"
+    return "none: the reservation names no placement group"
+
+
+def _capacity(capacity: Mapping[str, Any]) -> str:
+    if capacity["type"] == "on-demand":
+        return "On-Demand"
+    if capacity["type"] == "reservation":
+        return f"Capacity Reservation {capacity['reservation_id']}"
+    return f"Capacity Block {capacity['reservation_id']}, {capacity['start']} to {capacity['end']}"
+
+
+def _policies(plan: Plan) -> list[str]:
+    lines = ["Policies"]
+    if not plan.verdicts:
+        lines.append(f"  no violations ({len(plan.run.resources)} resources checked)")
+    by_urn = {resource.urn: resource for resource in plan.run.resources}
+    for verdict in plan.verdicts:
+        resource = by_urn.get(verdict.urn)
+        where = f"{resource.type} {resource.name}" if resource else (verdict.urn or "stack")
+        lines.append(f"  {verdict.enforcement.upper():9} {verdict.policy} on {where}: {verdict.message}")
+    return lines
+
+
+def _result(plan: Plan) -> str:
+    failures = len(plan.mandatory_failures)
+    if failures:
+        return f"Result: FAIL, {failures} mandatory policy violation(s)"
+    advisory = len(plan.verdicts)
+    return "Result: OK" + (f", {advisory} advisory verdict(s)" if advisory else "")

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The whole gpuforge flow on a fresh machine, with no AWS account:
+#   check the shipped image matrices, build the p5-prod stack's image with real packer
+#   against a local AWS emulator on 127.0.0.1, then plan the p5-prod training stack
+#   offline against that image and print the cluster summary and policy verdicts.
+# Usage: scripts/demo.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+stack_dir=stacks/training
+stack=p5-prod
+local_catalog=images/catalog.local.json
+
+step() {
+    printf '\n==> %s\n' "$*"
+}
+
+step "Preparing this machine: Debian's packer, and a virtual environment (.venv) with gpuforge and the local AWS emulator"
+scripts/bootstrap.sh local
+gpuforge=.venv/bin/gpuforge
+
+# The matrix and region come from the stack's own config, so the image built is the one
+# the stack pins. (-P: do not put this checkout's folders ahead of the installed package.)
+settings="$(
+    .venv/bin/python -P -c '
+import sys
+from pathlib import Path
+from gpuforge.stack_config import load_stack_config
+config = load_stack_config(Path(sys.argv[1]), sys.argv[2])
+print(config.matrix_path.relative_to(Path.cwd()), config.region)
+' "$stack_dir" "$stack"
+)"
+read -r matrix region <<<"$settings"
+
+step "1/3 Checking every shipped image matrix: exact pins, and each compatibility rule with its source (gpuforge matrix check)"
+"$gpuforge" matrix check images/matrices/*.yaml
+
+step "2/3 Building the ${stack} stack's image from ${matrix} for ${region}: real packer against the AWS emulator on 127.0.0.1, recorded in ${local_catalog}"
+"$gpuforge" image build "$matrix" --region "$region" --local
+
+step "3/3 Planning ${stack_dir} --stack ${stack}: its own Pulumi program under the SDK's mocks, with the AMI from ${local_catalog}, checked by the policy pack"
+"$gpuforge" plan "$stack_dir" --stack "$stack" --catalog "$local_catalog"

@@ -1,0 +1,25 @@
+"""gpuforge training stack: one GpuCluster built from this stack's `gpuforge:` config.
+
+`pulumi up` runs this file with the config of Pulumi.<stack>.yaml; `gpuforge plan`
+runs the same file offline under the Pulumi SDK's mocks. Everything it does is in
+gpuforge.stack_config (reading the config, resolving the AMI from the image catalog)
+and gpuforge.components (the cluster).
+"""
+
+from pathlib import Path
+
+import pulumi
+
+from gpuforge.components import GpuCluster
+from gpuforge.errors import GpuforgeError
+from gpuforge.stack_config import cluster_spec, resolve_ami, stack_config_from_pulumi
+
+try:
+    config = stack_config_from_pulumi(Path(__file__).resolve().parent)
+    ami = resolve_ami(config)
+    cluster = GpuCluster(config.stack, cluster_spec(config, ami))
+except GpuforgeError as error:
+    # RunError ends the update with the message alone: bad input gets no traceback.
+    raise pulumi.RunError(error.message) from error
+
+pulumi.export("summary", cluster.summary)
