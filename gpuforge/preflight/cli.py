@@ -1,0 +1,61 @@
+"""`gpuforge preflight STACK_DIR --stack NAME [--catalog PATH] [--json]`.
+
+Exit codes: 0 when no check fails (warnings allowed), 1 when one fails, 2 for bad
+config or no AWS credentials (a GpuforgeError, printed by gpuforge.cli without a
+traceback). boto3 is imported only when the command runs, so other commands do
+not pay for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuforge.preflight.report import Check
+    from gpuforge.stack_config import StackConfig
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "preflight",
+        help="check the AWS account before `pulumi up`: offering, quota, reservation or Capacity Block, "
+        "AMI, subnet and bucket",
+        description="Reads STACK_DIR/Pulumi.<stack>.yaml and checks the account with boto3 (standard "
+        "credential chain: AWS_PROFILE, AWS_ENDPOINT_URL and the rest are honoured). Read-only calls only. "
+        "Exit 0: no check failed; 1: a check failed; 2: bad config or no credentials.",
+    )
+    parser.add_argument(
+        "stack_dir", type=Path, metavar="STACK_DIR", help="the Pulumi project, e.g. stacks/training"
+    )
+    parser.add_argument("--stack", required=True, metavar="NAME", help="the stack: reads Pulumi.NAME.yaml")
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        metavar="PATH",
+        help="image catalog to resolve the AMI from, in place of the stack's gpuforge:catalog",
+    )
+    parser.add_argument("--json", action="store_true", help='print {"checks": [{"id", "status", "message"}]}')
+    parser.set_defaults(handler=_preflight)
+
+
+def _preflight(args: argparse.Namespace) -> int:
+    from gpuforge.preflight.run import preflight
+
+    config, checks = preflight(args.stack_dir, args.stack, catalog=args.catalog)
+    return emit(config, checks, as_json=args.json)
+
+
+def emit(config: StackConfig, checks: Sequence[Check], *, as_json: bool) -> int:
+    """Print the report and return the exit code."""
+    from gpuforge.preflight.report import exit_code, render_text, to_json
+
+    if as_json:
+        print(json.dumps(to_json(checks), indent=2))
+    else:
+        print(f"preflight of stack {config.stack} ({config.source}) in {config.region}")
+        print(render_text(checks))
+    return exit_code(checks)

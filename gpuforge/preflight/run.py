@@ -1,0 +1,115 @@
+"""Run every preflight check for one stack and collect the verdicts.
+
+Each check runs on its own: an AWS error in one (AccessDenied, throttling, an
+unreachable endpoint) becomes that check's failure and the others still run.
+Missing credentials stop the whole run (exit 2), since no check can succeed.
+`now` and the local time zone are parameters so tests can fix them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, tzinfo
+from pathlib import Path
+
+from gpuforge import hardware
+from gpuforge.components.specs import AmiPin
+from gpuforge.errors import GpuforgeError, InputError
+from gpuforge.preflight import ami, capacity, offering, quota, storage
+from gpuforge.preflight.aws import NO_CREDENTIALS, AwsClients, failed_call
+from gpuforge.preflight.report import Check, fail
+from gpuforge.stack_config import StackConfig, load_stack_config, resolve_ami
+
+
+def resolve_image(config: StackConfig, catalog: Path | None) -> AmiPin | str:
+    """The stack's AMI from the image catalog (`catalog` overrides gpuforge:catalog), or why there is none."""
+    if catalog is not None:
+        config = config.model_copy(update={"catalog_path": catalog.resolve()})
+    try:
+        return resolve_ami(config)
+    except GpuforgeError as error:
+        return error.message
+
+
+def _guarded(check_id: str, step: Callable[[], Check]) -> Check:
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    try:
+        return step()
+    except NoCredentialsError:
+        raise GpuforgeError(NO_CREDENTIALS) from None
+    except ClientError as error:
+        return failed_call(check_id, error)
+    except BotoCoreError as error:
+        return fail(
+            check_id,
+            f"the AWS call did not complete: {error}.",
+            "check the network path to AWS (and AWS_ENDPOINT_URL, if set), then run preflight again.",
+        )
+
+
+def run_checks(
+    config: StackConfig,
+    clients: AwsClients,
+    *,
+    catalog: Path | None = None,
+    now: datetime | None = None,
+    local: tzinfo | None = None,
+) -> list[Check]:
+    """Every check's verdict, in a fixed order. `local` None prints times in the system's zone."""
+    now = now if now is not None else datetime.now(UTC)
+    if now.tzinfo is None:
+        raise ValueError("run_checks needs a timezone-aware `now`")
+    instance = hardware.get(config.instance_type)
+    image = resolve_image(config, catalog)
+    kind = config.capacity.type
+
+    def capacity_check() -> Check:
+        if kind == "reservation":
+            return capacity.check_reservation(clients.capacity, config, local)
+        if kind == "capacity-block":
+            return capacity.check_capacity_block(clients.capacity, config, now, local)
+        return capacity.check_on_demand(config)
+
+    def ami_check() -> Check:
+        if isinstance(image, str):
+            return ami.unresolved(image)
+        return ami.check_ami(clients.ec2, config, image)
+
+    steps: list[tuple[str, Callable[[], Check]]] = [
+        (offering.OFFERING, lambda: offering.check_offering(clients.ec2, config)),
+        (offering.INSTANCE_TYPE, lambda: offering.check_instance_type(clients.ec2, config, instance)),
+        (
+            quota.QUOTA,
+            lambda: quota.check_quota(clients.ec2, clients.capacity, clients.quotas, config, instance),
+        ),
+        (capacity.CAPACITY, capacity_check),
+        (ami.AMI, ami_check),
+        (storage.SUBNET, lambda: storage.check_subnet(config, instance)),
+        (storage.BUCKET, lambda: storage.check_bucket(clients.s3, config)),
+    ]
+    return [_guarded(check_id, step) for check_id, step in steps]
+
+
+def preflight(
+    stack_dir: Path,
+    stack: str,
+    *,
+    catalog: Path | None = None,
+    clients: AwsClients | None = None,
+    now: datetime | None = None,
+    local: tzinfo | None = None,
+) -> tuple[StackConfig, list[Check]]:
+    """Read the stack's config, build the AWS clients (unless given) and run every check.
+
+    Bad config, a missing --catalog file and missing credentials raise GpuforgeError (exit 2)
+    before any check runs.
+    """
+    config = load_stack_config(stack_dir, stack)
+    if catalog is not None and not catalog.is_file():
+        raise InputError(
+            f"--catalog {catalog}: no such file. Fix: give the path of an image catalog, or leave --catalog "
+            "out to use the stack's gpuforge:catalog (or the default catalog)."
+        )
+    clients = clients if clients is not None else AwsClients.create(config.region)
+    return config, run_checks(config, clients, catalog=catalog, now=now, local=local)
