@@ -157,7 +157,8 @@ class NetworkSpec(_Spec):
     `api_access` is how private nodes reach AWS APIs (SSM, Auto Scaling, S3):
     `endpoints` (interface endpoints plus an S3 gateway endpoint, the default), `nat`
     (a NAT gateway in a public subnet, new VPCs only) or `existing` (the VPC already
-    provides a path; nothing is created).
+    provides a path; nothing is created). In an existing VPC that already has these
+    interface endpoints with private DNS, a second set would conflict: use `existing`.
     """
 
     vpc_cidr: str = "10.0.0.0/16"
@@ -283,7 +284,9 @@ class LustreSpec(_Spec):
 class BucketSpec(_Spec):
     """The data bucket for datasets and checkpoints.
 
-    Always versioned, encrypted and closed to the public. `checkpoint_retention_days`
+    Always versioned, encrypted and closed to the public. With `kms_key_arn`, the key's
+    policy must also let FSx for Lustre (its service-linked role) use the key, or a data
+    repository association to this bucket cannot read or write objects. `checkpoint_retention_days`
     adds a lifecycle rule that expires objects (and their old versions) under
     `checkpoint_prefix` after that many days.
     """

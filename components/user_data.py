@@ -217,7 +217,7 @@ def render(params: UserDataParams) -> str:
     header = _HEADER.format(cluster=params.cluster, instance_type=params.instance_type)
     declarations = "".join(f"readonly {name}={shlex.quote(value)}\n" for name, value in variables.items())
     main = (
-        "\nmain() {\n    install_per_boot\n"
+        "\nmain() {\n    step install_per_boot\n"
         + "".join(f"    {line}\n" for line in steps)
         + "    if ((${#FAILED_STEPS[@]})); then\n"
         + '        log "failed steps: ${FAILED_STEPS[*]}"\n'

@@ -9,8 +9,8 @@ no engine, no provider plugin). The mocks
   resource's URN, so a run is reproducible;
 - answer the provider functions (invokes) the components call; an invoke with no
   answer fails loudly, never with an empty result;
-- record every registered resource (type, name, inputs, outputs, URN and parent
-  URN) and every invoke, so tests and `gpuforge plan` can walk the resource tree.
+- record every registered resource (type, name, inputs, outputs, URN, parent
+  URN, dependencies and ignored changes) and every invoke, so tests and `gpuforge plan` can walk the resource tree.
 
 Limits: the mocks validate nothing (enums, sizes, references) - the components
 do that themselves - and inputs arrive as the engine sends them: camelCased
@@ -60,6 +60,10 @@ class RecordedResource:
     urn: str | None
     parent_urn: str | None
     custom: bool
+    # URNs this resource waits for (explicit depends_on and the resources its inputs came from).
+    dependencies: tuple[str, ...] = ()
+    # Input names (as the engine spells them) that an update leaves alone.
+    ignore_changes: tuple[str, ...] = ()
 
     @property
     def is_component(self) -> bool:
@@ -79,32 +83,45 @@ class TreeNode:
     children: list[TreeNode] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Registration:
+    """What the engine request carries and the SDK's Mocks API leaves out."""
+
+    urn: str
+    parent_urn: str | None
+    dependencies: tuple[str, ...]
+    ignore_changes: tuple[str, ...]
+
+
 # The monitor sets this for the registration in flight, on the thread that calls
-# new_resource, so the mocks learn the URN and parent the SDK's Mocks API leaves out.
-_registration = threading.local()
+# new_resource, so the mocks can record it.
+_in_flight = threading.local()
 
 
 class RecordingMonitor(MockMonitor):
-    """The SDK's mock monitor, passing each registration's URN and parent to the mocks."""
+    """The SDK's mock monitor, passing each registration's URN, parent and options to the mocks."""
 
     def RegisterResource(self, request: Any) -> Any:  # the gRPC method name
-        with _registering(self.make_urn(request.parent, request.type, request.name), request.parent):
+        with _registering(self, request):
             return super().RegisterResource(request)
 
     def ReadResource(self, request: Any) -> Any:  # the gRPC method name
-        with _registering(self.make_urn(request.parent, request.type, request.name), request.parent):
+        with _registering(self, request):
             return super().ReadResource(request)
 
 
 @contextlib.contextmanager
-def _registering(urn: str, parent: str) -> Iterator[None]:
-    _registration.urn = urn
-    _registration.parent = parent or None
+def _registering(monitor: MockMonitor, request: Any) -> Iterator[None]:
+    _in_flight.registration = _Registration(
+        urn=monitor.make_urn(request.parent, request.type, request.name),
+        parent_urn=request.parent or None,
+        dependencies=tuple(getattr(request, "dependencies", ())),
+        ignore_changes=tuple(getattr(request, "ignoreChanges", ())),
+    )
     try:
         yield
     finally:
-        _registration.urn = None
-        _registration.parent = None
+        _in_flight.registration = None
 
 
 class GpuforgeMocks(pulumi.runtime.Mocks):
@@ -167,8 +184,8 @@ class GpuforgeMocks(pulumi.runtime.Mocks):
     # -- pulumi.runtime.Mocks ----------------------------------------------------------
 
     def new_resource(self, args: MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
-        urn = getattr(_registration, "urn", None)
-        parent = getattr(_registration, "parent", None)
+        registration: _Registration | None = getattr(_in_flight, "registration", None)
+        urn = registration.urn if registration else None
         inputs = dict(args.inputs)
         if not args.custom:
             resource_id, outputs = "", {}
@@ -186,8 +203,10 @@ class GpuforgeMocks(pulumi.runtime.Mocks):
                     outputs=outputs,
                     id=resource_id,
                     urn=urn,
-                    parent_urn=parent,
+                    parent_urn=registration.parent_urn if registration else None,
                     custom=bool(args.custom),
+                    dependencies=registration.dependencies if registration else (),
+                    ignore_changes=registration.ignore_changes if registration else (),
                 )
             )
         return resource_id, outputs

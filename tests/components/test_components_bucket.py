@@ -63,6 +63,11 @@ def test_kms_and_checkpoint_lifecycle(mocks: GpuforgeMocks) -> None:
     assert lifecycle["expiration"] == {"days": 30}
     assert lifecycle["noncurrentVersionExpiration"] == {"noncurrentDays": 30}
     assert lifecycle["status"] == "Enabled"
+    versioning = one(mocks, "aws:s3/bucketVersioning:BucketVersioning")
+    assert (
+        versioning.urn
+        in one(mocks, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration").dependencies
+    )
 
 
 def test_nodes_get_the_bucket_and_its_key_only(mocks: GpuforgeMocks) -> None:

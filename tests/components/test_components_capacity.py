@@ -63,6 +63,7 @@ def test_on_demand(mocks: GpuforgeMocks) -> None:
     # Deliberately no wait: a timed-out wait would mark the group for replacement.
     assert asg["waitForCapacityTimeout"] == "0"
     assert mocks.of_type(SCHEDULE) == []
+    assert one(mocks, ASG).ignore_changes == ()
     assert result["summary"]["placement"]["source"] == "created"
 
 
@@ -123,6 +124,8 @@ def test_capacity_block_before_it_starts(mocks: GpuforgeMocks) -> None:
     assert scale_in == BLOCK_END - timedelta(minutes=45)
     for schedule in mocks.of_type(SCHEDULE):
         assert schedule.inputs["autoscalingGroupName"] == asg.outputs["name"]
+    # The schedules own the size: a later `pulumi up` must not reset it.
+    assert set(asg.ignore_changes) == {"minSize", "desiredCapacity"}
     assert result["summary"]["capacity"]["initial_nodes"] == 0
 
 

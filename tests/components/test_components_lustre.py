@@ -232,6 +232,10 @@ def test_persistent_2_linked_to_the_cluster_bucket(mocks: GpuforgeMocks) -> None
     # The clients accept LNet from the file system.
     client_rules = {r for r in port_rules(rules_of(mocks, INGRESS, out["nodes_sg"])) if r[3] == group}
     assert client_rules == {("tcp", 988, 988, group), ("tcp", 1021, 1023, group)}
+    # FSx checks the rules when it creates the file system, so it waits for all of them.
+    rules = [r for r in mocks.resources if r.type in (INGRESS, EGRESS) and r.name.startswith("demo-lustre-")]
+    assert len(rules) == 10
+    assert {r.urn for r in rules} <= set(fs.dependencies)
     # The nodes mount it and the health check requires it.
     script = user_data(mocks)
     assert f"readonly FSX_DNS_NAME={fs.outputs['dnsName']}\n" in script

@@ -63,7 +63,7 @@ def test_scratch_is_idempotent_across_reboots() -> None:
     assert "nofail" in body
     # Every boot runs the script again through cloud-init's per-boot directory.
     assert f"readonly PER_BOOT_COPY={user_data.PER_BOOT_COPY}\n" in script
-    assert "install_per_boot\n" in script
+    assert "    step install_per_boot\n" in script
 
 
 def test_one_disk_is_formatted_without_an_array() -> None:
