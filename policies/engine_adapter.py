@@ -111,6 +111,10 @@ def unknown_during_preview(path: Sequence[str | int]) -> NoReturn:
     raise UnknownValueError(UNKNOWN_STRING_VALUE, [str(part) for part in path])
 
 
+PackConfig = Mapping[str, tuple[EnforcementLevel, Mapping[str, Any]]]
+"""Each policy's enforcement level and config properties, reconciled (see runner.reconcile_config)."""
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     """One diagnostic as pulumi_policy reports it to the engine."""
@@ -133,6 +137,7 @@ class WireResource:
     parent: str | None
     dependencies: Sequence[str]
     property_dependencies: Mapping[str, Sequence[str]]
+    ignore_changes: Sequence[str]
 
 
 class Analyzer:
@@ -147,46 +152,62 @@ class Analyzer:
         # Untyped in pulumi_policy; its methods take and return protobuf messages.
         self._servicer: Any = _PolicyAnalyzerServicer(name, version, list(policies), level)
 
-    def configure(self, config: Mapping[str, tuple[EnforcementLevel, Mapping[str, Any]]]) -> None:
+    def configure(self, config: PackConfig) -> None:
         """Send the reconciled config: each policy's enforcement level and properties."""
-        request = proto.ConfigureAnalyzerRequest()
-        for policy_name, (level, properties) in config.items():
-            entry = request.policyConfig[policy_name]
-            entry.enforcementLevel = _LEVEL_TO_PROTO[level]
-            entry.properties.update(dict(properties))
-        self._servicer.Configure(request, None)
+        self._servicer.Configure(configure_request(config), None)
 
     def analyze(self, resource: WireResource) -> list[Diagnostic]:
         """Run every resource policy on one resource, as `pulumi preview` does for each registration."""
-        request = proto.AnalyzeRequest(
+        return diagnostics(self._servicer.Analyze(analyze_request(resource), None))
+
+    def analyze_stack(self, resources: Sequence[WireResource]) -> list[Diagnostic]:
+        """Run every stack policy once over all resources, as the engine does at the end of a run."""
+        return diagnostics(self._servicer.AnalyzeStack(analyze_stack_request(resources), None))
+
+
+# The engine's requests. They are public protobuf messages; the same requests reach a
+# pack served over gRPC (tests/policies compare the two).
+
+
+def configure_request(config: PackConfig) -> Any:
+    request = proto.ConfigureAnalyzerRequest()
+    for policy_name, (level, properties) in config.items():
+        entry = request.policyConfig[policy_name]
+        entry.enforcementLevel = _LEVEL_TO_PROTO[level]
+        entry.properties.update(dict(properties))
+    return request
+
+
+def analyze_request(resource: WireResource) -> Any:
+    return proto.AnalyzeRequest(
+        type=resource.type,
+        properties=_struct(resource.properties, resource.urn),
+        urn=resource.urn,
+        name=resource.name,
+        options=_options(resource),
+    )
+
+
+def analyze_stack_request(resources: Sequence[WireResource]) -> Any:
+    request = proto.AnalyzeStackRequest()
+    for resource in resources:
+        wire = request.resources.add(
             type=resource.type,
             properties=_struct(resource.properties, resource.urn),
             urn=resource.urn,
             name=resource.name,
-            options=proto.AnalyzerResourceOptions(parent=resource.parent or ""),
+            options=_options(resource),
+            parent=resource.parent or "",
+            dependencies=list(resource.dependencies),
         )
-        return _diagnostics(self._servicer.Analyze(request, None))
-
-    def analyze_stack(self, resources: Sequence[WireResource]) -> list[Diagnostic]:
-        """Run every stack policy once over all resources, as the engine does at the end of a run."""
-        request = proto.AnalyzeStackRequest()
-        for resource in resources:
-            wire = request.resources.add(
-                type=resource.type,
-                properties=_struct(resource.properties, resource.urn),
-                urn=resource.urn,
-                name=resource.name,
-                options=proto.AnalyzerResourceOptions(parent=resource.parent or ""),
-                parent=resource.parent or "",
-                dependencies=list(resource.dependencies),
-            )
-            for key, urns in resource.property_dependencies.items():
-                if urns:  # the engine skips properties without dependencies
-                    wire.propertyDependencies[key].urns.extend(urns)
-        return _diagnostics(self._servicer.AnalyzeStack(request, None))
+        for key, urns in resource.property_dependencies.items():
+            if urns:  # the engine skips properties without dependencies
+                wire.propertyDependencies[key].urns.extend(urns)
+    return request
 
 
-def _diagnostics(response: Any) -> list[Diagnostic]:
+def diagnostics(response: Any) -> list[Diagnostic]:
+    """The diagnostics of an AnalyzeResponse."""
     return [
         Diagnostic(
             policy_name=d.policyName,
@@ -197,6 +218,12 @@ def _diagnostics(response: Any) -> list[Diagnostic]:
         )
         for d in response.diagnostics
     ]
+
+
+def _options(resource: WireResource) -> Any:
+    return proto.AnalyzerResourceOptions(
+        parent=resource.parent or "", ignoreChanges=list(resource.ignore_changes)
+    )
 
 
 def _struct(properties: Mapping[str, Any], urn: str) -> struct_pb2.Struct:

@@ -14,6 +14,7 @@ as policy config.
 from __future__ import annotations
 
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 from pulumi_policy import (
@@ -29,7 +30,7 @@ from gpuforge.errors import InputError, Severity
 from gpuforge.images.rules import rule_driver_eol
 from gpuforge.policies import aws_types
 from gpuforge.policies.node_settings import AMI_FIELD, NodeSettings
-from gpuforge.policies.pinned_images import CONFIG_PROPERTIES, ImageSources
+from gpuforge.policies.pinned_images import CATALOG_KEY, CONFIG_PROPERTIES, MATRICES_KEY, ImageSources
 from gpuforge.policies.props import UNKNOWN, text
 
 SSM_PREFIX = "resolve:ssm:"
@@ -161,7 +162,7 @@ AMI_PINNED = ResourceValidationPolicy(
 DRIVER_BRANCH_EOL = ResourceValidationPolicy(
     name="driver-branch-eol",
     description=(
-        "The pinned AMI's NVIDIA driver branch is near its end of life. Plan the move to a supported "
+        "The pinned AMI's NVIDIA driver branch is near or past its end of life. Plan the move to a supported "
         "Long Term Support branch: update the matrix's driver, rebuild the image and roll the nodes."
     ),
     validate=validate_driver_eol,
@@ -177,3 +178,19 @@ DRIVER_BRANCH_EOL = ResourceValidationPolicy(
         }
     ),
 )
+
+
+def image_policy_config(
+    catalog_path: Path | None = None, matrices_dir: Path | None = None
+) -> dict[str, dict[str, str]]:
+    """Policy config that points both AMI policies at a catalog and a matrices folder.
+
+    For `gpuforge plan --catalog` and `pulumi preview --policy-pack-config`: a stack that
+    takes its AMI from another catalog must be checked against that catalog.
+    """
+    values: dict[str, str] = {}
+    if catalog_path is not None:
+        values[CATALOG_KEY] = str(catalog_path.expanduser().resolve())
+    if matrices_dir is not None:
+        values[MATRICES_KEY] = str(matrices_dir.expanduser().resolve())
+    return {AMI_PINNED.name: dict(values), DRIVER_BRANCH_EOL.name: dict(values)}

@@ -199,9 +199,9 @@ def validate_no_public_ip(args: ResourceValidationArgs, report: ReportViolation)
     if node.resource_type == aws_types.INSTANCE:
         if node.left_to_template("associatePublicIpAddress"):
             return
-        value = flag(node.get("associatePublicIpAddress"))
-        if value is not False:
-            report(f"associate_public_ip_address is {show(value)}; unset, the subnet decides. {fix}", None)
+        raw = node.get("associatePublicIpAddress")
+        if flag(raw) is not False:
+            report(f"associate_public_ip_address is {show(raw)}; unset, the subnet decides. {fix}", None)
         return
     interfaces = items(node.get("networkInterfaces"))
     if not interfaces:
@@ -212,11 +212,12 @@ def validate_no_public_ip(args: ResourceValidationArgs, report: ReportViolation)
         )
         return
     for index, interface in enumerate(interfaces):
-        value = flag(at(interface, "associatePublicIpAddress"))
+        raw = at(interface, "associatePublicIpAddress")
+        value = flag(raw)
         card, device = integer(at(interface, "networkCardIndex")), integer(at(interface, "deviceIndex"))
         primary = (card or 0, device or 0) == (0, 0)
         if value is True or value is UNKNOWN or (primary and value is not False):
-            report(f"network_interfaces[{index}].associate_public_ip_address is {show(value)}. {fix}", None)
+            report(f"network_interfaces[{index}].associate_public_ip_address is {show(raw)}. {fix}", None)
 
 
 def validate_ebs_encrypted(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -245,9 +246,8 @@ def validate_ebs_encrypted(args: ResourceValidationArgs, report: ReportViolation
         if not node.left_to_template("rootBlockDevice"):
             volumes.insert(0, ("root_block_device.encrypted", node.get("rootBlockDevice", "encrypted")))
     for name, value in volumes:
-        encrypted = flag(value)
-        if encrypted is not True:
-            report(f"{name} is {show(encrypted)}. {fix}", None)
+        if flag(value) is not True:
+            report(f"{name} is {show(value)}. {fix}", None)
 
 
 def validate_capacity(args: ResourceValidationArgs, report: ReportViolation) -> None:

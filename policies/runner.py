@@ -57,10 +57,11 @@ class Verdict:
 class RegisteredResource(Protocol):
     """What the runner reads from a recorded resource (`gpuforge.pulumi_mocks.RecordedResource`).
 
-    A recorder that also keeps the registration's `dependencies` (URNs) and
-    `property_dependencies` (property name -> URNs) gets them passed on; without them
-    the stack policies match references by value, which works offline because the
-    mocks' ids are known.
+    A recorder that also keeps the registration's `dependencies` (URNs),
+    `property_dependencies` (property name -> URNs) and `ignore_changes` gets them
+    passed on as the engine passes them. Without property dependencies the stack
+    policies match references by value, which works offline because the mocks' ids
+    are known; during a preview the engine always has them.
     """
 
     @property
@@ -211,6 +212,7 @@ def _wire(resource: RegisteredResource) -> tuple[WireResource, WireResource]:
         )
     dependencies: Sequence[str] = getattr(resource, "dependencies", ())
     property_dependencies: Mapping[str, Sequence[str]] = getattr(resource, "property_dependencies", {})
+    ignore_changes: Sequence[str] = getattr(resource, "ignore_changes", ())
     outputs = dict(resource.outputs)
     if resource.custom and resource.id:
         outputs["id"] = resource.id
@@ -224,6 +226,7 @@ def _wire(resource: RegisteredResource) -> tuple[WireResource, WireResource]:
             parent=resource.parent_urn,
             dependencies=dependencies,
             property_dependencies=property_dependencies,
+            ignore_changes=ignore_changes,
         )
 
     return shaped(resource.inputs), shaped(outputs)
