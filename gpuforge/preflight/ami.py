@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from gpuforge.components.specs import AmiPin
 from gpuforge.images.tags import MATRIX_DIGEST_TAG
 from gpuforge.preflight.aws import error_code
-from gpuforge.preflight.report import Check, fail, ok
+from gpuforge.preflight.report import Check, Status, fail, ok
 from gpuforge.stack_config import StackConfig, display_path
 
 if TYPE_CHECKING:
@@ -25,10 +25,8 @@ NOT_FOUND_CODES = frozenset({"InvalidAMIID.NotFound", "InvalidAMIID.Unavailable"
 
 
 def unresolved(message: str) -> Check:
-    """The catalog has no image for the matrix in the region (the message names the build command)."""
-    return fail(
-        AMI, message, "build the image as the message says, or pass --catalog with the catalog that has it."
-    )
+    """No AMI could be taken from the catalog; the message (from `resolve_ami`) carries its own fix."""
+    return Check(AMI, Status.FAIL, message)
 
 
 def check_ami(ec2: EC2Client, config: StackConfig, pin: AmiPin) -> Check:

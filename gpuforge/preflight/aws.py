@@ -132,9 +132,17 @@ def failed_call(check_id: str, error: ClientError) -> Check:
             f"{retries} retries.",
             "run preflight again in a minute; set AWS_MAX_ATTEMPTS (e.g. 10) to let botocore retry longer.",
         )
-    message = error.response.get("Error", {}).get("Message", "")
+    detail = _short(error.response.get("Error", {}).get("Message", ""))
     return fail(
         check_id,
-        f"{operation} failed: {code}: {message}".rstrip(": "),
+        f"{operation} failed: {code}" + (f": {detail}" if detail else "") + ".",
         f"resolve the AWS error above ({action}), then run preflight again.",
     )
+
+
+def _short(message: str, limit: int = 200) -> str:
+    """An error message on one line; an HTML error page (from a proxy or an emulator) is left out."""
+    if message.lstrip().startswith("<"):
+        return "(the endpoint answered with an HTML error page)"
+    line = " ".join(message.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."

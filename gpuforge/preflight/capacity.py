@@ -42,11 +42,10 @@ PLACEMENT_SOURCE = "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_C
 Reservation = Mapping[str, Any]
 
 
-def check_on_demand(config: StackConfig) -> Check:
+def check_on_demand() -> Check:
     return ok(
         CAPACITY,
-        f"on-demand capacity ({config.source}): no reservation or Capacity Block to check; "
-        "the quota check covers on-demand launches.",
+        "on-demand capacity: no reservation or Capacity Block to check; the quota check covers on-demand launches.",
     )
 
 

@@ -69,7 +69,7 @@ def run_checks(
             return capacity.check_reservation(clients.capacity, config, local)
         if kind == "capacity-block":
             return capacity.check_capacity_block(clients.capacity, config, now, local)
-        return capacity.check_on_demand(config)
+        return capacity.check_on_demand()
 
     def ami_check() -> Check:
         if isinstance(image, str):

@@ -58,9 +58,7 @@ def _reservation_check(config: StackConfig, answer: dict[str, Any]) -> Check:
     return check
 
 
-def _block_check(
-    config: StackConfig, answer: dict[str, Any], now: datetime = NOW, local: Any = UTC
-) -> Check:
+def _block_check(config: StackConfig, answer: dict[str, Any], now: datetime = NOW, local: Any = UTC) -> Check:
     ec2, stubber = stubbed("ec2", NOWHERE)
     stubber.add_response("describe_capacity_reservations", reservations(answer), by_id())
     check = check_capacity_block(ec2, config, now, local)
@@ -187,7 +185,10 @@ def test_block_too_close_to_its_end_fails(tmp_path: Path, minutes_left: int) -> 
     now = BLOCK_END - timedelta(minutes=minutes_left)
     check = _block_check(_block_config(tmp_path), capacity_block(), now=now)
     assert check.status is Status.FAIL
-    assert "too late to launch: AWS begins terminating the block's instances 2030-01-21 11:00 UTC" in check.message
+    assert (
+        "too late to launch: AWS begins terminating the block's instances 2030-01-21 11:00 UTC"
+        in check.message
+    )
     assert "the node group scales in 2030-01-21 10:45 UTC" in check.message
 
 
@@ -224,8 +225,9 @@ def test_extended_block_warns_to_move_the_configured_end(tmp_path: Path) -> None
     extended = BLOCK_END + timedelta(days=7)
     check = _block_check(_block_config(tmp_path), capacity_block(EndDate=extended))
     assert check.status is Status.WARN
-    assert "the block now ends 2030-01-28 11:30 UTC, later than gpuforge:capacity.end 2030-01-21 11:30 UTC" in (
-        check.message
+    assert (
+        "the block now ends 2030-01-28 11:30 UTC, later than gpuforge:capacity.end 2030-01-21 11:30 UTC"
+        in (check.message)
     )
     assert check.fix is not None and "set gpuforge:capacity.end: 2030-01-28T11:30:00+00:00" in check.fix
 
