@@ -11,7 +11,9 @@ It does three things, each idempotent, and every boot:
    documents for mounting on reboot;
 3. writes /etc/gpuforge/node-check.env and runs the node agent's health check
    (`gpuforge node check`, installed on the AMI), which reports an unhealthy node
-   to its Auto Scaling group.
+   to its Auto Scaling group, then marks the check done for this boot
+   (/run/gpuforge/node-check.done) so the image's gpuforge-node-check.service,
+   which runs after cloud-init at every boot, does not check the node twice.
 
 cloud-init runs user data once per instance, so the script copies itself into
 cloud-init's per-boot directory (which runs before user scripts, so the first boot
@@ -29,6 +31,10 @@ SCRATCH_MOUNT = "/scratch"
 SCRATCH_LABEL = "scratch"
 FSX_MOUNT = "/fsx"
 NODE_CHECK_ENV = "/etc/gpuforge/node-check.env"
+# Written once the check has run in this boot; /run is emptied at every boot. The image's
+# gpuforge-node-check.service skips itself when it exists, so a node is checked once per boot
+# whether the user data or the unit gets there first.
+NODE_CHECK_DONE = "/run/gpuforge/node-check.done"
 # Amazon FSx for Lustre User Guide, "Mounting Amazon FSx file systems automatically":
 # https://docs.aws.amazon.com/fsx/latest/LustreGuide/mount-fs-auto-mount-onreboot.html
 FSX_FSTAB_OPTIONS = "defaults,relatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network.service"
@@ -176,11 +182,14 @@ write_node_check_env() {
 }
 
 run_node_check() {
+    local status=0
     # shellcheck source=/dev/null
     . "$NODE_CHECK_ENV"
     # The flags are split on purpose: the env file holds a list of them.
     # shellcheck disable=SC2086
-    /usr/local/bin/gpuforge node check --json --report-dir /var/log/gpuforge $GPUFORGE_NODE_CHECK_ARGS
+    /usr/local/bin/gpuforge node check --json --report-dir /var/log/gpuforge $GPUFORGE_NODE_CHECK_ARGS || status=$?
+    install -D -m 0644 /dev/null "$NODE_CHECK_DONE"
+    return "$status"
 }
 """
 
@@ -211,7 +220,11 @@ def render(params: UserDataParams) -> str:
         }
         sections.append(_FSX)
         steps.append("step mount_fsx")
-    variables |= {"NODE_CHECK_ENV": NODE_CHECK_ENV, "NODE_CHECK_ARGS": params.node_check_args}
+    variables |= {
+        "NODE_CHECK_ENV": NODE_CHECK_ENV,
+        "NODE_CHECK_DONE": NODE_CHECK_DONE,
+        "NODE_CHECK_ARGS": params.node_check_args,
+    }
     sections.append(_NODE_CHECK)
     steps += ["step write_node_check_env", "step run_node_check"]
     header = _HEADER.format(cluster=params.cluster, instance_type=params.instance_type)

@@ -43,6 +43,8 @@ def test_every_variant_is_valid_bash(tmp_path: Path) -> None:
             quoted = f"'{flags}'" if " " in flags or not flags else flags
             assert f"readonly NODE_CHECK_ARGS={quoted}\n" in script
             assert NODE_CHECK in script
+            assert "/run/gpuforge/node-check.done" in script
+            assert script.index(NODE_CHECK) < script.index('install -D -m 0644 /dev/null "$NODE_CHECK_DONE"')
             assert "GPUFORGE_NODE_CHECK_ARGS=" in script and "/etc/gpuforge/node-check.env" in script
             assert f"readonly SCRATCH_DISKS={disks}\n" in script
             assert ("step mount_fsx" in script) == (fsx is not None)

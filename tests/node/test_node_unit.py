@@ -23,16 +23,24 @@ def test_unit_keeps_the_contract() -> None:
     unit = _unit()
     assert unit["Service"]["Type"] == "oneshot"
     assert unit["Service"]["EnvironmentFile"] == "/etc/gpuforge/node-check.env"
-    assert unit["Unit"]["ConditionPathExists"] == "/etc/gpuforge/node-check.env"
+    conditions = [
+        line.split("=", 1)[1]
+        for line in UNIT.read_text().splitlines()
+        if line.startswith("ConditionPathExists=")
+    ]
+    assert conditions == ["/etc/gpuforge/node-check.env", "!/run/gpuforge/node-check.done"]
     assert unit["Service"]["ExecStart"] == (
         "/usr/local/bin/gpuforge node check --json --report-dir /var/log/gpuforge $GPUFORGE_NODE_CHECK_ARGS"
     )
     after = unit["Unit"]["After"].split()
-    assert {"network-online.target", "nvidia-persistenced.service", "nvidia-fabricmanager.service"} <= set(
-        after
-    )
+    assert {
+        "network-online.target",
+        "nvidia-persistenced.service",
+        "nvidia-fabricmanager.service",
+        "cloud-final.service",
+    } <= set(after)
     assert unit["Unit"]["Wants"] == "network-online.target"
-    assert unit["Install"]["WantedBy"] == "multi-user.target"
+    assert unit["Install"]["WantedBy"] == "cloud-init.target"
 
 
 def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
