@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -63,16 +64,22 @@ class Aws:
     credentials: tuple[str, str] | None = None
 
     def client(self) -> EC2Client:
-        if self.credentials:
-            session = boto3.session.Session(
-                aws_access_key_id=self.credentials[0],
-                aws_secret_access_key=self.credentials[1],
-                region_name=self.region,
-            )
-        else:
-            session = boto3.session.Session(region_name=self.region)
         config = Config(connect_timeout=10, read_timeout=60, retries={"max_attempts": 5, "mode": "standard"})
-        return session.client("ec2", endpoint_url=self.endpoint_url, config=config)
+        try:
+            if self.credentials:
+                # The emulator's dummy credentials; AWS_PROFILE must not pull a real profile in.
+                isolated = botocore.session.Session(session_vars={"profile": (None, None, None, None)})
+                session = boto3.session.Session(
+                    botocore_session=isolated,
+                    aws_access_key_id=self.credentials[0],
+                    aws_secret_access_key=self.credentials[1],
+                    region_name=self.region,
+                )
+            else:
+                session = boto3.session.Session(region_name=self.region)
+            return session.client("ec2", endpoint_url=self.endpoint_url, config=config)
+        except BotoCoreError as error:
+            raise _aws_failure("client setup", self, error) from None
 
     def packer_env(self, base: Mapping[str, str]) -> dict[str, str]:
         """The environment packer runs with: the caller's, with the region (and emulator credentials)."""

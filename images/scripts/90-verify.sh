@@ -67,7 +67,7 @@ check_driver() {
             ok=0
         fi
     fi
-    ((ok)) && found[nvidia_driver]="$GPUFORGE_DRIVER"
+    if ((ok)); then found[nvidia_driver]="$GPUFORGE_DRIVER"; fi
     flavour="$(module_flavour)"
     if [[ "$flavour" == "$GPUFORGE_KERNEL_MODULES" ]]; then
         found[nvidia_kernel_modules]="$flavour"
@@ -105,27 +105,28 @@ check_cuda_stack() {
         fail nccl "libnccl.so.2 is not in the linker cache"
         ok=0
     else
-        real="$(readlink -f "${GPUFORGE_ROOT:-}$path")"
+        real="$(readlink -f "${GPUFORGE_ROOT:-}$path")" || real="$path"
         if [[ "${real##*/}" != "libnccl.so.$want" ]]; then
             fail nccl "NCCL loads ${real#"${GPUFORGE_ROOT:-}"} (${real##*/}), the matrix pins NCCL $want"
             ok=0
         fi
     fi
-    ((ok)) && found[nccl]="$GPUFORGE_NCCL"
+    if ((ok)); then found[nccl]="$GPUFORGE_NCCL"; fi
 }
 
 check_efa() {
     local installer module libfabric
-    installer="$(sed -n 's/^# EFA installer version: //p' "$(efa_installed_file)" 2>/dev/null | head -n 1)"
+    installer="$(sed -n 's/^# EFA installer version: //p' "$(efa_installed_file)" 2>/dev/null | head -n 1)" || true
     if [[ "$installer" == "$GPUFORGE_EFA_INSTALLER" ]]; then
         found[efa_installer]="$installer"
     else
         fail efa_installer "the EFA installer record says '${installer:-nothing}', the matrix pins $GPUFORGE_EFA_INSTALLER"
     fi
+    # Builds with GPUDirect support append "g" to the module version (modinfo efa: 2.17.3g).
     module="$(module_field efa version)"
     if [[ -z "$module" ]]; then
         fail efa_installer "no efa module is built for kernel $GPUFORGE_KERNEL"
-    elif [[ -n "$GPUFORGE_EFA_DRIVER" && "$module" != "$GPUFORGE_EFA_DRIVER" ]]; then
+    elif [[ -n "$GPUFORGE_EFA_DRIVER" && "${module%g}" != "$GPUFORGE_EFA_DRIVER" ]]; then
         fail efa_installer "the efa module built for $GPUFORGE_KERNEL is $module, installer $GPUFORGE_EFA_INSTALLER ships $GPUFORGE_EFA_DRIVER"
     fi
     libfabric="$(fi_info --version 2>/dev/null | awk '$1 == "libfabric:" { print $2; exit }')" || true

@@ -175,9 +175,9 @@ require_kernel() {
         die "kernel: running $running, the matrix pins $GPUFORGE_KERNEL (the reboot into the pinned kernel did not take)"
 }
 
-# The version field of a kernel module built for the pinned kernel, or nothing.
+# A field of a kernel module built for the pinned kernel, or nothing.
 module_field() {
-    modinfo -k "$GPUFORGE_KERNEL" -F "$2" "$1" 2>/dev/null | head -n 1
+    { modinfo -k "$GPUFORGE_KERNEL" -F "$2" "$1" 2>/dev/null || true; } | head -n 1
 }
 
 # open or proprietary, from the nvidia module's licence: the open modules declare
@@ -193,5 +193,5 @@ module_flavour() {
 
 # The absolute path ld.so resolves LIBRARY to, from the linker cache.
 ld_path() {
-    ldconfig -p | awk -v lib="$1" '$1 == lib { print $NF; exit }'
+    { ldconfig -p 2>/dev/null || true; } | awk -v lib="$1" '$1 == lib { print $NF; exit }'
 }

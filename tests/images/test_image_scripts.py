@@ -1,0 +1,172 @@
+"""The provisioning scripts: shellcheck-clean, strict, and the shared library's names and version rules.
+
+The library functions run in real bash, sourced from a real render (so they
+read the matrix.env gpuforge wrote). `apt-cache madison` output is replayed,
+because the packages live in NVIDIA's and AWS's repositories, not on this
+machine.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from image_helpers import MATRICES, REPO
+
+from gpuforge.images.matrix import load_valid
+from gpuforge.images.render import STEPS, RenderOptions, render
+
+SCRIPTS = REPO / "images" / "scripts"
+
+
+def test_shellcheck_passes_on_every_script(shellcheck: str) -> None:
+    files = sorted(str(path) for path in SCRIPTS.glob("*.sh"))
+    done = subprocess.run([shellcheck, *files], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_step_exists_and_runs_strict() -> None:
+    for step in STEPS:
+        text = (SCRIPTS / step).read_text()
+        assert text.startswith("#!/usr/bin/env bash\n"), step
+        assert "\nset -euo pipefail\n" in text, step
+
+
+def test_cuda_is_installed_from_the_toolkit_package_never_the_driver_pulling_metapackages() -> None:
+    cuda_step = (SCRIPTS / "40-cuda.sh").read_text()
+    assert '"$(pkg_cuda)"' in cuda_step
+    metapackage = re.compile(r"(^|[\s\"'])(cuda|cuda-\d+-\d+|cuda-drivers(-\d+)?)([\s\"'=]|$)")
+    for script in SCRIPTS.glob("*.sh"):
+        for line in script.read_text().splitlines():
+            if "install_pinned" in line or "apt-get install" in line:
+                assert not metapackage.search(line), f"{script.name}: {line}"
+
+
+def test_the_efa_installer_is_checked_before_it_runs() -> None:
+    text = (SCRIPTS / "50-efa.sh").read_text()
+    assert text.index("download_checked") < text.index("efa_installer.sh -y")
+    assert '"$GPUFORGE_EFA_SHA256"' in text
+
+
+@pytest.fixture(scope="module")
+def payloads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    rendered = {}
+    for name in ("p5-h100-cuda12", "p4d-a100-cuda12", "p6-b200-cuda12", "p5-h100-cuda13"):
+        matrix, digest = load_valid(MATRICES / f"{name}.yaml")
+        out = tmp_path_factory.mktemp(name) / "out"
+        rendered[name] = render(matrix, digest, RenderOptions(region="us-east-1", imds=False), out).payload
+    return rendered
+
+
+def _bash(payload: Path, script: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    program = f'source "{payload}/scripts/lib.sh"; load_matrix; {script}'
+    return subprocess.run(
+        ["bash", "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin", **(env or {})},
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("matrix", "expected"),
+    [
+        (
+            "p5-h100-cuda12",
+            "nvidia-driver-580-open cuda-toolkit-12-9 libcudnn9-cuda-12 libcudnn9-dev-cuda-12 "
+            "lustre-client-modules-6.8.0-1015-aws datacenter-gpu-manager-4-core 4.1.3 nvidia-fabricmanager-580",
+        ),
+        (
+            "p4d-a100-cuda12",
+            "nvidia-driver-580 cuda-toolkit-12-4 libcudnn9-cuda-12 libcudnn9-dev-cuda-12 "
+            "lustre-client-modules-6.8.0-1015-aws datacenter-gpu-manager-4-core 4.1.3 nvidia-fabricmanager-580",
+        ),
+        (
+            "p5-h100-cuda13",
+            "nvidia-driver-580-open cuda-toolkit-13-0 libcudnn9-cuda-13 libcudnn9-dev-cuda-13 "
+            "lustre-client-modules-6.8.0-1015-aws datacenter-gpu-manager-4-core 4.1.3 nvidia-fabricmanager-580",
+        ),
+    ],
+)
+def test_package_names_follow_the_matrix(payloads: dict[str, Path], matrix: str, expected: str) -> None:
+    done = _bash(
+        payloads[matrix],
+        "echo $(pkg_driver) $(pkg_cuda) $(pkg_cudnn) $(pkg_cudnn_dev) $(pkg_lustre) $(pkg_dcgm) "
+        "$(dcgm_exporter_version) $(pkg_fabricmanager)",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
+
+
+def test_nvlsm_is_pinned_only_where_the_matrix_pins_it(payloads: dict[str, Path]) -> None:
+    assert _bash(payloads["p6-b200-cuda12"], 'echo "$GPUFORGE_NVLSM"').stdout.strip() == "2025.10.11-1"
+    assert _bash(payloads["p5-h100-cuda12"], 'echo "[$GPUFORGE_NVLSM]"').stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("pin", "actual", "matches"),
+    [
+        ("580.95.05", "580.95.05-0ubuntu1", True),
+        ("4.2.3", "1:4.2.3-1", True),
+        ("2.15.6", "2.15.6-1fsx25", True),
+        ("2.27.3-1+cuda12.9", "2.27.3-1+cuda12.9", True),
+        ("580.95.05", "580.95.050-1", False),
+        ("12.9.1", "12.9.10-1", False),
+        ("2.27.3-1+cuda12.9", "2.27.3-1+cuda12.8", False),
+        ("9.10.2.21", "", False),
+    ],
+)
+def test_version_matching_allows_only_a_revision_after_the_pin(
+    payloads: dict[str, Path], pin: str, actual: str, matches: bool
+) -> None:
+    done = _bash(payloads["p5-h100-cuda12"], f"version_matches '{pin}' '{actual}'")
+    assert (done.returncode == 0) == matches
+
+
+MADISON = """nvidia-driver-580-open | 580.95.05-0ubuntu1 | https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64  Packages
+nvidia-driver-580-open | 580.82.07-0ubuntu1 | https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64  Packages
+nvidia-driver-580-open | 580.95.05-0ubuntu0.22.04.1 | http://us-east-1.ec2.archive.ubuntu.com/ubuntu jammy-updates/restricted amd64 Packages
+"""
+
+
+def _with_madison(tmp_path: Path, output: str) -> dict[str, str]:
+    """apt-cache replaced by a replay of `apt-cache madison`: the repositories are not on this machine."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "madison.txt").write_text(output)
+    stub = bin_dir / "apt-cache"
+    stub.write_text(f'#!/usr/bin/env bash\n[[ "$1" == madison ]] && cat "{tmp_path}/madison.txt"\n')
+    stub.chmod(0o755)
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+
+
+def test_apt_resolve_picks_the_one_version_from_the_intended_repository(
+    payloads: dict[str, Path], tmp_path: Path
+) -> None:
+    env = _with_madison(tmp_path, MADISON)
+    done = _bash(
+        payloads["p5-h100-cuda12"], 'apt_resolve nvidia-driver-580-open 580.95.05 "$NVIDIA_CUDA_HOST"', env
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "580.95.05-0ubuntu1")
+    # Canonical's build of the same driver also matches the pin, so without the origin it is ambiguous.
+    ambiguous = _bash(payloads["p5-h100-cuda12"], "apt_resolve nvidia-driver-580-open 580.95.05 http", env)
+    assert ambiguous.returncode == 1
+    assert "matches several versions" in ambiguous.stderr
+    missing = _bash(
+        payloads["p5-h100-cuda12"], 'apt_resolve nvidia-driver-580-open 580.65.06 "$NVIDIA_CUDA_HOST"', env
+    )
+    assert (missing.returncode, missing.stdout) == (1, "")
+
+
+def test_the_kernel_step_stops_early_when_fsx_has_no_lustre_modules_for_the_kernel() -> None:
+    """The check sits before any kernel package is installed, and names the component and the fix."""
+    text = (SCRIPTS / "10-kernel.sh").read_text()
+    check = text.index('apt_resolve "$(pkg_lustre)"')
+    assert check < text.index(
+        'apt-get install "${APT_OPTIONS[@]}" --no-install-recommends "${kernel_packages[@]}"'
+    )
+    assert "lustre_client: FSx publishes no" in text

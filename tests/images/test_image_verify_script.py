@@ -1,0 +1,244 @@
+"""The in-image verification step (images/scripts/90-verify.sh) against a recorded node.
+
+The script is the real one from a real render. The node is not: `uname`,
+`modinfo`, `dpkg-query`, `ldconfig`, `fi_info`, `systemctl` and `apt-mark`
+describe a GPU image that this test machine is not, so they are replaced on
+PATH by a replayer of tests/fixtures/images/node-p5-h100-cuda12.json, and the
+files the script reads are laid out under GPUFORGE_ROOT. Everything else
+(bash, grep, sed, awk, readlink) is the machine's own.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from image_helpers import FIXTURES, MATRICES
+
+from gpuforge.images.matrix import load_valid
+from gpuforge.images.render import RenderOptions, render
+from gpuforge.images.tags import component_versions
+from gpuforge.node.manifest import load_manifest
+
+RECORDING = FIXTURES / "node-p5-h100-cuda12.json"
+REPLAYED = ("uname", "modinfo", "dpkg-query", "ldconfig", "fi_info", "systemctl", "apt-mark")
+REPLAYER = """#!/usr/bin/env bash
+key="$(basename "$0")"
+for arg in "$@"; do key+=" $arg"; done
+id="$(printf '%s' "$key" | sha256sum | cut -c1-32)"
+if [[ -f "$REPLAY_DIR/$id.out" ]]; then
+    cat "$REPLAY_DIR/$id.out"
+    exit 0
+fi
+printf '%s\\n' "$key" >>"$REPLAY_DIR/unrecorded.log"
+echo "$(basename "$0"): no such package, module or unit (no recording for: $key)" >&2
+exit 1
+"""
+
+Node = dict[str, Any]
+
+
+def _recording() -> Node:
+    data: Node = json.loads(RECORDING.read_text(encoding="utf-8"))
+    return data
+
+
+@pytest.fixture(scope="module")
+def payload(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    matrix, digest = load_valid(MATRICES / "p5-h100-cuda12.yaml")
+    out = tmp_path_factory.mktemp("render") / "out"
+    return render(matrix, digest, RenderOptions(region="us-east-1", imds=False), out).payload
+
+
+def _lay_out(node: Node, base: Path) -> tuple[Path, Path, Path]:
+    bin_dir, replay, root = base / "bin", base / "replay", base / "root"
+    for folder in (bin_dir, replay, root):
+        folder.mkdir()
+    for name in REPLAYED:
+        stub = bin_dir / name
+        stub.write_text(REPLAYER, encoding="utf-8")
+        stub.chmod(0o755)
+    for key, output in node["commands"].items():
+        identifier = hashlib.sha256(key.encode()).hexdigest()[:32]
+        (replay / f"{identifier}.out").write_text(output, encoding="utf-8")
+    for relative, content in node["files"].items():
+        target = root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+    for relative, points_to in node["links"].items():
+        link = root / relative
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(points_to)
+    return bin_dir, replay, root
+
+
+def _verify(payload: Path, node: Node, base: Path) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+    bin_dir, replay, root = _lay_out(node, base)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "GPUFORGE_ROOT": str(root),
+        "REPLAY_DIR": str(replay),
+        "LC_ALL": "C",
+    }
+    done = subprocess.run(
+        ["bash", str(payload / "scripts" / "90-verify.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done, root, replay
+
+
+def test_a_node_that_matches_the_matrix_passes_and_gets_the_manifest(payload: Path, tmp_path: Path) -> None:
+    done, root, replay = _verify(payload, _recording(), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert not (replay / "unrecorded.log").exists(), (replay / "unrecorded.log").read_text()
+
+    matrix, digest = load_valid(MATRICES / "p5-h100-cuda12.yaml")
+    manifest_path = root / "etc" / "gpuforge" / "manifest.json"
+    written = json.loads(manifest_path.read_text())
+    assert written == {
+        "schema": 1,
+        "matrix": {"name": matrix.name, "version": matrix.version, "digest": digest},
+        "targets": matrix.targets,
+        "components": {
+            "kernel": matrix.kernel,
+            "nvidia_driver": matrix.nvidia.driver,
+            "nvidia_kernel_modules": "open",
+            "fabricmanager": matrix.nvidia.fabricmanager,
+            "cuda": matrix.cuda,
+            "cudnn": matrix.cudnn,
+            "nccl": matrix.nccl,
+            "efa_installer": matrix.efa.installer,
+            "libfabric": "2.3.1amzn1.0",
+            "aws_ofi_nccl": matrix.aws_ofi_nccl.version,
+            "lustre_client": matrix.lustre_client,
+            "container_toolkit": matrix.container_toolkit,
+            "dcgm": matrix.dcgm,
+        },
+    }
+    # Every component value equals the matrix's pin (the AMI tags carry the same values).
+    tags = component_versions(matrix)
+    assert written["components"]["cuda"] == tags["cuda"] and written["components"]["nccl"] == tags["nccl"]
+    # The node agent reads what the image pipeline writes.
+    assert load_manifest(manifest_path).nvidia_driver == matrix.nvidia.driver
+
+
+def _set(command: str, output: str) -> Callable[[Node], None]:
+    def change(node: Node) -> None:
+        node["commands"][command] = output
+
+    return change
+
+
+def _drop(command: str) -> Callable[[Node], None]:
+    def change(node: Node) -> None:
+        del node["commands"][command]
+
+    return change
+
+
+def _older_nccl(node: Node) -> None:
+    node["commands"]["dpkg-query -W -f=${db:Status-Abbrev} ${Version} libnccl2"] = "ii  2.26.2-1+cuda12.8"
+    node["files"]["usr/lib/x86_64-linux-gnu/libnccl.so.2.26.2"] = "\x7fELF\n"
+    node["links"]["usr/lib/x86_64-linux-gnu/libnccl.so.2"] = "libnccl.so.2.26.2"
+
+
+def _nccl_library_only(node: Node) -> None:
+    """The package is right, but the library NCCL loads is another (e.g. a copy in /usr/local)."""
+    node["files"]["usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5"] = "\x7fELF\n"
+    node["links"]["usr/lib/x86_64-linux-gnu/libnccl.so.2"] = "libnccl.so.2.21.5"
+
+
+def _plugin_elsewhere(node: Node) -> None:
+    node["commands"]["ldconfig -p"] = node["commands"]["ldconfig -p"].replace(
+        "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net-ofi.so", "/usr/local/lib/libnccl-net-ofi.so"
+    )
+
+
+def _loaded_driver_differs(node: Node) -> None:
+    node["files"]["proc/driver/nvidia/version"] = (
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.82.07  Release Build\n"
+    )
+
+
+DPKG = "dpkg-query -W -f=${db:Status-Abbrev} ${Version} "
+CASES: dict[str, tuple[Callable[[Node], None], list[str]]] = {
+    "driver-module-mismatch": (
+        _set("modinfo -k 6.8.0-1015-aws -F version nvidia", "580.82.07\n"),
+        ["nvidia_driver:", "580.82.07", "580.95.05"],
+    ),
+    "module-flavour": (
+        _set("modinfo -k 6.8.0-1015-aws -F license nvidia", "NVIDIA\n"),
+        ["nvidia_kernel_modules:", "proprietary", "open"],
+    ),
+    "no-module-for-kernel": (
+        _drop("modinfo -k 6.8.0-1015-aws -F version nvidia"),
+        ["nvidia_driver: no nvidia module is built for kernel 6.8.0-1015-aws"],
+    ),
+    "wrong-kernel": (_set("uname -r", "6.8.0-1016-aws\n"), ["kernel: running 6.8.0-1016-aws"]),
+    "missing-package": (
+        _drop(DPKG + "libcudnn9-cuda-12"),
+        ["cudnn: package libcudnn9-cuda-12 is not installed"],
+    ),
+    "wrong-nccl": (_older_nccl, ["nccl: package libnccl2 is 2.26.2-1+cuda12.8", "libnccl.so.2.26.2"]),
+    "nccl-loads-another-library": (_nccl_library_only, ["nccl: NCCL loads", "libnccl.so.2.21.5"]),
+    "fabricmanager-version": (
+        _set(DPKG + "nvidia-fabricmanager-580", "ii  580.82.07-1"),
+        ["fabricmanager: package nvidia-fabricmanager-580 is 580.82.07-1"],
+    ),
+    "libfabric": (
+        _set("fi_info --version", "fi_info: 2.1.0amzn5.0\nlibfabric: 2.1.0amzn5.0\n"),
+        ["libfabric: fi_info reports libfabric '2.1.0amzn5.0'"],
+    ),
+    "plugin-outside-prefix": (
+        _plugin_elsewhere,
+        ["aws_ofi_nccl: NCCL loads /usr/local/lib/libnccl-net-ofi.so"],
+    ),
+    "loaded-driver": (_loaded_driver_differs, ["nvidia_driver: the loaded driver reports"]),
+    "not-held": (
+        _set("apt-mark showhold", "libnccl2\n"),
+        ["hold: cuda-toolkit-12-9 is not held"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_difference_fails_the_build_naming_the_component(payload: Path, tmp_path: Path, case: str) -> None:
+    change, expected = CASES[case]
+    node = copy.deepcopy(_recording())
+    change(node)
+    done, root, _ = _verify(payload, node, tmp_path)
+    assert done.returncode == 1
+    for text in expected:
+        assert text in done.stderr, done.stderr
+    assert "image verification failed" in done.stderr
+    assert not (root / "etc" / "gpuforge" / "manifest.json").exists()
+
+
+def test_several_differences_are_all_reported(payload: Path, tmp_path: Path) -> None:
+    node = copy.deepcopy(_recording())
+    _set("uname -r", "6.8.0-1016-aws\n")(node)
+    _older_nccl(node)
+    done, _, _ = _verify(payload, node, tmp_path)
+    assert done.returncode == 1
+    reported = [line for line in done.stderr.splitlines() if line.startswith("gpuforge: verify: ")]
+    assert [line.split(":")[2].strip() for line in reported] == ["kernel", "nccl", "nccl"]
+    assert "3 difference(s)" in done.stderr
+
+
+def test_the_script_runs_under_strict_bash_settings() -> None:
+    scripts = sorted((Path(__file__).resolve().parents[2] / "images" / "scripts").glob("[0-9]*.sh"))
+    assert scripts
+    for script in scripts:
+        assert "\nset -euo pipefail\n" in script.read_text(), script.name
+    assert os.access(scripts[-1], os.X_OK)
