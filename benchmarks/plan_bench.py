@@ -1,0 +1,214 @@
+"""Benchmark `gpuforge plan` on generated stacks of 8, 64, 512 and 2048 nodes, in both node modes.
+
+For each size and mode it generates a stack (p5.48xlarge, On-Demand, PERSISTENT_2) beside
+a copy of the real stacks/training program, and runs `gpuforge plan` on it in a fresh
+Python process, printing:
+
+- resources: how many resources the program registered;
+- plan s: wall time of the whole plan (config, program under the mocks, policy pack);
+  policies s: the policy pack's share of it;
+- peak MiB: the largest Python heap the plan used (tracemalloc, in a second, untimed run);
+- baseline s / MiB: the same number of bare resources (one aws.ec2.PlacementGroup each,
+  no gpuforge code) registered by a minimal program under the same mocks and runner;
+- overhead: plan time / baseline time.
+
+Each process first plans a one-node stack (or registers one bare resource) so the
+figures leave out imports and first-use costs. Usage, from the repository root:
+
+    .venv/bin/python -P benchmarks/plan_bench.py [--nodes 8,64,512,2048] [--modes asg,instances]
+
+(-P keeps this checkout's folders off sys.path, so the installed gpuforge is imported.)
+It prints a table; it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TRAINING = REPO / "stacks" / "training"
+MATRIX = REPO / "images" / "matrices" / "p5-h100-cuda12.yaml"
+REGION = "us-east-1"
+PROJECT = "gpuforge-bench"
+
+BASELINE_PROGRAM = """
+import pulumi
+import pulumi_aws as aws
+
+count = pulumi.Config("bench").require_int("count")
+for index in range(count):
+    aws.ec2.PlacementGroup(f"bare-{index}", strategy="cluster", tags={"bench": str(index)})
+"""
+
+
+def _stack_file(nodes: int, mode: str, catalog: Path) -> dict[str, Any]:
+    return {
+        "config": {
+            "aws:region": REGION,
+            "gpuforge:matrix": str(MATRIX),
+            "gpuforge:instanceType": "p5.48xlarge",
+            "gpuforge:nodeCount": nodes,
+            "gpuforge:nodeMode": mode,
+            "gpuforge:availabilityZone": f"{REGION}a",
+            "gpuforge:capacity": {"type": "on-demand"},
+            "gpuforge:lustre": {
+                "deploymentType": "PERSISTENT_2",
+                "storageCapacityGiB": 24000,
+                "throughputPerTiB": 250,
+            },
+            "gpuforge:catalog": str(catalog),
+        }
+    }
+
+
+def _prepare(workdir: Path, sizes: list[int], modes: list[str]) -> tuple[Path, Path]:
+    """A stack directory with one stack file per case, its catalog, and the baseline program."""
+    from gpuforge.images.catalog import CatalogEntry, now_utc, record_entry
+    from gpuforge.images.matrix import load_valid
+
+    catalog = workdir / "catalog.json"
+    matrix, digest = load_valid(MATRIX)
+    record_entry(
+        catalog,
+        CatalogEntry(
+            ami_id="ami-0be9c4f1a2b3c4d5e",  # made up: no image is built for a benchmark
+            region=REGION,
+            matrix_name=matrix.name,
+            matrix_version=matrix.version,
+            matrix_digest=digest,
+            built_at=now_utc(),
+            packer_version="1.6.6",
+        ),
+    )
+    stack_dir = workdir / "stack"
+    stack_dir.mkdir()
+    (stack_dir / "Pulumi.yaml").write_text(f"name: {PROJECT}\nruntime: python\n", encoding="utf-8")
+    (stack_dir / "__main__.py").write_text(
+        (TRAINING / "__main__.py").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    for mode in modes:
+        for nodes in [1, *sizes]:
+            text = yaml.safe_dump(_stack_file(nodes, mode, catalog))
+            (stack_dir / f"Pulumi.{_stack_name(nodes, mode)}.yaml").write_text(text, encoding="utf-8")
+    baseline = workdir / "baseline" / "__main__.py"
+    baseline.parent.mkdir()
+    baseline.write_text(BASELINE_PROGRAM, encoding="utf-8")
+    return stack_dir, baseline
+
+
+def _stack_name(nodes: int, mode: str) -> str:
+    return f"n{nodes}-{mode}"
+
+
+def _child_plan(stack_dir: Path, nodes: int, mode: str) -> dict[str, Any]:
+    from gpuforge.images.catalog import DEFAULT_CATALOG
+    from gpuforge.plan.stack_plan import plan, policy_config
+    from gpuforge.policies.runner import run_policies
+
+    plan(stack_dir, _stack_name(1, mode))  # warm-up: imports and first use
+    stack = _stack_name(nodes, mode)
+    gc.collect()
+    start = time.perf_counter()
+    result = plan(stack_dir, stack)
+    wall = time.perf_counter() - start
+    start = time.perf_counter()
+    run_policies(result.run.resources, policy_config(result.config.catalog_path or DEFAULT_CATALOG))
+    policies = time.perf_counter() - start
+    resources = len(result.run.resources)
+    del result
+    gc.collect()
+    tracemalloc.start()
+    plan(stack_dir, stack)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return {"resources": resources, "wall_s": wall, "policies_s": policies, "peak_mib": peak / 2**20}
+
+
+def _child_baseline(program: Path, count: int) -> dict[str, Any]:
+    from gpuforge.plan.run import run_program
+
+    def run(n: int) -> int:
+        config = {"bench:count": str(n), "aws:region": REGION}
+        return len(
+            run_program(program, project=PROJECT, stack="baseline", config=config, region=REGION).resources
+        )
+
+    run(1)  # warm-up
+    gc.collect()
+    start = time.perf_counter()
+    resources = run(count)
+    wall = time.perf_counter() - start
+    gc.collect()
+    tracemalloc.start()
+    run(count)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return {"resources": resources, "wall_s": wall, "peak_mib": peak / 2**20}
+
+
+def _in_child(*args: str) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter, so no case inherits another's heap or caches."""
+    completed = subprocess.run(
+        [sys.executable, "-P", __file__, "--child", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", default="8,64,512,2048", help="comma-separated node counts")
+    parser.add_argument("--modes", default="asg,instances", help="comma-separated node modes")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.child:
+        kind, *rest = args.child
+        if kind == "plan":
+            figures = _child_plan(Path(rest[0]), int(rest[1]), rest[2])
+        else:
+            figures = _child_baseline(Path(rest[0]), int(rest[1]))
+        print(json.dumps(figures))
+        return 0
+
+    sizes = [int(value) for value in args.nodes.split(",")]
+    modes = args.modes.split(",")
+    header = (
+        f"{'nodes':>6} {'mode':>9} {'resources':>9} {'plan s':>8} {'policies s':>10} {'peak MiB':>9}"
+        f" {'baseline s':>10} {'base MiB':>9} {'overhead':>8}"
+    )
+    print(f"gpuforge plan benchmark: p5.48xlarge, On-Demand, PERSISTENT_2; Python {sys.version.split()[0]}")
+    print(header)
+    print("-" * len(header))
+    with tempfile.TemporaryDirectory(prefix="gpuforge-bench-") as temp:
+        stack_dir, baseline = _prepare(Path(temp), sizes, modes)
+        for mode in modes:
+            for nodes in sizes:
+                ours = _in_child("plan", str(stack_dir), str(nodes), mode)
+                bare = _in_child("baseline", str(baseline), str(ours["resources"]))
+                print(
+                    f"{nodes:>6} {mode:>9} {ours['resources']:>9} {ours['wall_s']:>8.2f} {ours['policies_s']:>10.2f}"
+                    f" {ours['peak_mib']:>9.1f} {bare['wall_s']:>10.2f} {bare['peak_mib']:>9.1f}"
+                    f" {ours['wall_s'] / bare['wall_s']:>7.1f}x",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
