@@ -190,7 +190,8 @@ def check_quota(
             f"; the stack's {stack} launch into reservation {config.capacity.reservation_id}, already counted"
         )
     else:
-        summary += f"; the stack adds {stack}; total {need}"
+        summary += f"; the stack adds {stack}"
+    summary += f"; total {need}"
     if usage.in_blocks:
         summary += f"; {usage.in_blocks} vCPUs run in Capacity Blocks (not counted here)"
     fix = (
