@@ -6,8 +6,13 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 load_matrix
 
-apt-get install "${APT_OPTIONS[@]}" --no-install-recommends python3-venv
-python3 -m venv /opt/gpuforge
+# gpuforge needs Python 3.11+; Ubuntu 22.04's python3 is 3.10, and its python3.11 package is 3.11.
+python=python3
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    python=python3.11
+fi
+apt-get install "${APT_OPTIONS[@]}" --no-install-recommends "$python" "$python-venv"
+"$python" -m venv /opt/gpuforge
 /opt/gpuforge/bin/pip install --quiet --disable-pip-version-check "$GPUFORGE_PAYLOAD/gpuforge-src" boto3
 ln -sf /opt/gpuforge/bin/gpuforge /usr/local/bin/gpuforge
 gpuforge --version

@@ -7,6 +7,7 @@ packer to clean up when it is stopped.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import time
@@ -20,6 +21,7 @@ from gpuforge.images.ec2 import Aws
 from gpuforge.images.emulator import DUMMY_CREDENTIALS, LocalAws
 from gpuforge.images.machine_readable import Event, artifact_amis, error_line, parse_line
 from gpuforge.images.packer import Packer, PackerFailed, PackerNotFound, PackerStopped, find_packer
+from gpuforge.images.progress import Progress
 
 
 def test_machine_readable_lines_unescape_commas_and_newlines() -> None:
@@ -220,3 +222,23 @@ def test_a_process_that_ignores_the_interrupt_is_killed_after_the_grace_period(
     assert len(groups) == 1, "the observer saw the stand-in running"
     assert not _pids_with(str(stubborn))
     assert _group_is_gone(groups.pop()), "its sleep outlived the kill"
+
+
+def test_progress_is_one_live_line_on_a_terminal_and_plain_lines_otherwise() -> None:
+    plain = io.StringIO()
+    shown = Progress(plain, tty=False)
+    shown.step("==> a: Launching\n==> a: Waiting")
+    shown.error("Build errored: boom")
+    shown.done()
+    assert plain.getvalue() == "==> a: Launching\n==> a: Waiting\nBuild errored: boom\n"
+
+    terminal = io.StringIO()
+    live = Progress(terminal, tty=True)
+    live.step("==> a: Launching")
+    live.step("==> a: Waiting")
+    live.error("Build errored: boom")
+    live.done()
+    text = terminal.getvalue()
+    assert text.count("\r\033[K") == 3  # two status updates in place, then cleared for the error
+    assert "[00:00] ==> a: Waiting" in text
+    assert text.endswith("\r\033[KBuild errored: boom\n")
