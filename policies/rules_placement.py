@@ -170,6 +170,14 @@ def validate_placement(args: StackValidationArgs, report: ReportViolation) -> No
     graph = StackGraph(args.resources)
     subnets: dict[str, Refs] = {}
     for node in nodes(graph):
+        if node.external_template is not None and node.instance_type is None:
+            report(
+                f"{describe(node.launcher)} launches from launch template {node.external_template!r}, which the "
+                "stack does not create, so its instance type, AMI, interfaces and hardening cannot be checked. "
+                "Fix: create the launch template in the stack (GpuNodeGroup does).",
+                node.launcher.urn,
+            )
+            continue
         instance = efa_type(node)
         if instance is None:
             continue

@@ -37,6 +37,12 @@ from gpuforge.policies.pack import PACK_ENFORCEMENT_LEVEL, PACK_NAME, PACK_VERSI
 Enforcement = Literal["mandatory", "advisory", "disabled"]
 
 _LEVELS: dict[str, EnforcementLevel] = {level.value: level for level in EnforcementLevel}
+# How a diagnostic's level reads in a verdict; pulumi_policy already reports a violated
+# remediation policy as mandatory.
+_ENFORCEMENT: dict[EnforcementLevel, Enforcement] = {
+    EnforcementLevel.ADVISORY: "advisory",
+    EnforcementLevel.DISABLED: "disabled",
+}
 _CONFIG_DOC = "https://www.pulumi.com/docs/iac/using-pulumi/crossguard/configuration/"
 
 
@@ -94,7 +100,7 @@ def run_policies(
     enforcement level, or an object of properties with an optional `enforcementLevel`;
     `"all"` may set one level for every policy.
     """
-    wire = [_wire(resource) for resource in resources]
+    wire = [to_wire(resource) for resource in resources]
     analyzer = Analyzer(PACK_NAME, PACK_VERSION, policies, PACK_ENFORCEMENT_LEVEL)
     analyzer.configure(reconcile_config(policies, config or {}))
     verdicts: list[Verdict] = []
@@ -198,7 +204,7 @@ def _validate(policy: Policy, properties: Mapping[str, Any]) -> None:
         )
 
 
-def _wire(resource: RegisteredResource) -> tuple[WireResource, WireResource]:
+def to_wire(resource: RegisteredResource) -> tuple[WireResource, WireResource]:
     """The resource as the engine sends it to resource policies (inputs) and stack policies (outputs).
 
     Stack policies see outputs, and the AWS provider's outputs carry the resource's `id`;
@@ -238,10 +244,7 @@ def _verdict(diagnostic: Diagnostic, resource_urn: str | None) -> Verdict:
     message = diagnostic.message
     if message.startswith(prefix):
         message = message[len(prefix) :]
-    level = diagnostic.enforcement_level
-    enforcement: Enforcement = "mandatory" if level is not EnforcementLevel.ADVISORY else "advisory"
-    if level is EnforcementLevel.DISABLED:
-        enforcement = "disabled"
+    enforcement: Enforcement = _ENFORCEMENT.get(diagnostic.enforcement_level, "mandatory")
     return Verdict(
         policy=diagnostic.policy_name,
         enforcement=enforcement,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pulumi_policy import PolicyResource
 
 from gpuforge.policies import aws_types
+from gpuforge.policies.engine_adapter import unknown_during_preview
 from gpuforge.policies.props import UNKNOWN, at, is_set, items, text, texts
 
 
@@ -109,6 +110,8 @@ class Node:
 
     launcher: PolicyResource
     template: PolicyResource | None
+    external_template: str | None = None
+    """The id or name of a launch template the stack does not create (its settings cannot be read)."""
 
     @property
     def is_instance(self) -> bool:
@@ -136,15 +139,24 @@ class Node:
 
 
 def nodes(graph: StackGraph) -> list[Node]:
-    """Every Auto Scaling group and instance of the stack, each with its launch template."""
+    """Every Auto Scaling group and instance of the stack, each with its launch template.
+
+    A template reference that is unknown and that no dependency explains stops the
+    rule with the engine's "can't run during preview": skipping the node would pass it
+    unchecked.
+    """
     found = []
     for launcher in graph.of_type(aws_types.AUTOSCALING_GROUP, aws_types.INSTANCE):
-        found.append(Node(launcher, _template(graph, launcher)))
+        refs = _template(graph, launcher)
+        if refs.unresolved and not refs.internal:
+            unknown_during_preview([launcher.name, "launchTemplate"])
+        template = refs.internal[0] if refs.internal else None
+        found.append(Node(launcher, template, None if template else next(iter(refs.external), None)))
     return found
 
 
-def _template(graph: StackGraph, launcher: PolicyResource) -> PolicyResource | None:
-    """The launch template of the stack that `launcher` names, if any."""
+def _template(graph: StackGraph, launcher: PolicyResource) -> Refs:
+    """The launch template that `launcher` names."""
     for prop, path in (
         ("launchTemplate", ("launchTemplate",)),
         ("mixedInstancesPolicy", ("mixedInstancesPolicy", "launchTemplate", "launchTemplateSpecification")),
@@ -157,10 +169,8 @@ def _template(graph: StackGraph, launcher: PolicyResource) -> PolicyResource | N
             for key in ("id", "name", "launchTemplateId", "launchTemplateName")
             if is_set(value := text(at(spec, key)))
         ]
-        refs = graph.refs(launcher, prop, values, (aws_types.LAUNCH_TEMPLATE,), ("id", "name"))
-        if refs.internal:
-            return refs.internal[0]
-    return None
+        return graph.refs(launcher, prop, values, (aws_types.LAUNCH_TEMPLATE,), ("id", "name"))
+    return Refs((), (), False)
 
 
 def node_subnets(graph: StackGraph, node: Node) -> Refs:

@@ -238,3 +238,18 @@ def test_open_ingress_on_node_groups(images: Images) -> None:
     )
     assert of(verdicts(endpoints, images), "node-open-ingress") == []
     assert mandatory(verdicts(record_cluster(spec(images)), images)) == []
+
+
+def test_template_outside_the_stack(images: Images) -> None:
+    resources = record_cluster(
+        spec(images),
+        edit(
+            ASG,
+            launch_template=aws.autoscaling.GroupLaunchTemplateArgs(id="lt-0123456789abcdef0", version="1"),
+        ),
+    )
+    [verdict] = of(verdicts(resources, images), "efa-placement")
+    assert (
+        "launches from launch template 'lt-0123456789abcdef0', which the stack does not create"
+        in verdict.message
+    )
