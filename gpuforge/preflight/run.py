@@ -33,6 +33,7 @@ def resolve_image(config: StackConfig, catalog: Path | None) -> AmiPin | str:
 
 def _guarded(check_id: str, step: Callable[[], Check]) -> Check:
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+    from botocore.parsers import ResponseParserError
 
     try:
         return step()
@@ -40,6 +41,12 @@ def _guarded(check_id: str, step: Callable[[], Check]) -> Check:
         raise GpuforgeError(NO_CREDENTIALS) from None
     except ClientError as error:
         return failed_call(check_id, error)
+    except ResponseParserError:
+        return fail(
+            check_id,
+            "the endpoint's answer is not an AWS API response (an HTML error page from a proxy or an emulator?).",
+            "check AWS_ENDPOINT_URL and any proxy settings, then run preflight again.",
+        )
     except BotoCoreError as error:
         return fail(
             check_id,

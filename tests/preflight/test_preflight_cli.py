@@ -2,8 +2,8 @@
 
 The last test runs the whole command against moto's server on 127.0.0.1, reached
 only through AWS_ENDPOINT_URL, which boto3 itself honours; moto does not implement
-DescribeCapacityReservations or EC2's Service Quotas, so there the quota check
-fails with the error AWS's emulator returns, and the command exits 1.
+DescribeCapacityReservations or EC2's Service Quotas, so there the quota and
+capacity checks fail with what the emulator answers, and the command exits 1.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from preflight_cases import REGION, stack_config, write_stack
+from preflight_cases import REGION, block_capacity, stack_config, write_stack
 
 from gpuforge.cli import main
 
@@ -95,7 +95,8 @@ def test_command_reaches_aws_through_aws_endpoint_url(
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # moto's unimplemented calls need no retries here
     empty = tmp_path / "catalog.json"
     empty.write_text('{"schema": 1, "images": {}}\n', encoding="utf-8")
-    code = main(["preflight", str(_stack(tmp_path)), "--stack", "test", "--catalog", str(empty), "--json"])
+    stack_dir = write_stack(tmp_path / "stack", stack_config(**{"gpuforge:capacity": block_capacity()}))
+    code = main(["preflight", str(stack_dir), "--stack", "test", "--catalog", str(empty), "--json"])
     document = json.loads(capsys.readouterr().out)
     statuses = {item["id"]: item["status"] for item in document["checks"]}
     assert code == 1
@@ -107,4 +108,8 @@ def test_command_reaches_aws_through_aws_endpoint_url(
     quota = next(item["message"] for item in document["checks"] if item["id"] == "quota")
     assert statuses["quota"] == "fail"
     assert quota.startswith("GetAWSDefaultServiceQuota failed: 500")
+    # moto has no DescribeCapacityReservations: its HTML error page is a failed check, not a traceback.
+    capacity = next(item["message"] for item in document["checks"] if item["id"] == "capacity")
+    assert statuses["capacity"] == "fail"
+    assert capacity.startswith("the endpoint's answer is not an AWS API response")
     assert statuses["ami"] == "fail"  # the empty catalog has no image for the matrix
