@@ -8,7 +8,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 load_matrix
 
 # shellcheck source=/dev/null
-source /etc/os-release
+source "$ROOT/etc/os-release"
 [[ "$ID" == "$GPUFORGE_DISTRO" && "$VERSION_ID" == "$GPUFORGE_RELEASE" ]] ||
     die "os: the base image runs $ID $VERSION_ID, the matrix declares $GPUFORGE_DISTRO $GPUFORGE_RELEASE"
 
@@ -58,7 +58,8 @@ if ((${#metapackages[@]})); then
 fi
 
 # Boot the pinned kernel even when the base image carries a newer one.
-cat >/etc/default/grub.d/99-gpuforge-kernel.cfg <<GRUB
+mkdir -p "$ROOT/etc/default/grub.d"
+cat >"$ROOT/etc/default/grub.d/99-gpuforge-kernel.cfg" <<GRUB
 GRUB_DEFAULT="Advanced options for Ubuntu>Ubuntu, with Linux $GPUFORGE_KERNEL"
 GRUB
 update-grub

@@ -59,7 +59,7 @@ check_driver() {
         ok=0
     fi
     check_package nvidia_driver "$GPUFORGE_DRIVER" "$(pkg_driver)" || ok=0
-    local proc="${GPUFORGE_ROOT:-}/proc/driver/nvidia/version"
+    local proc="$ROOT/proc/driver/nvidia/version"
     if [[ -r "$proc" ]]; then
         loaded="$(head -n 1 "$proc")"
         if [[ "$loaded" != *" $GPUFORGE_DRIVER "* ]]; then
@@ -105,9 +105,9 @@ check_cuda_stack() {
         fail nccl "libnccl.so.2 is not in the linker cache"
         ok=0
     else
-        real="$(readlink -f "${GPUFORGE_ROOT:-}$path")" || real="$path"
+        real="$(readlink -f "$ROOT$path")" || real="$path"
         if [[ "${real##*/}" != "libnccl.so.$want" ]]; then
-            fail nccl "NCCL loads ${real#"${GPUFORGE_ROOT:-}"} (${real##*/}), the matrix pins NCCL $want"
+            fail nccl "NCCL loads ${real#"$ROOT"} (${real##*/}), the matrix pins NCCL $want"
             ok=0
         fi
     fi
@@ -150,14 +150,14 @@ check_ofi() {
     fi
     # The plugin logs "Initializing aws-ofi-nccl <version>" and carries that string
     # (aws/aws-ofi-nccl src/nccl_ofi_net.cpp, PACKAGE_STRING from configure.ac AC_INIT).
-    version="$(grep -a -o -m 1 'aws-ofi-nccl [0-9][0-9A-Za-z.+-]*' "${GPUFORGE_ROOT:-}$path" 2>/dev/null | head -n 1)" || true
+    version="$(grep -a -o -m 1 'aws-ofi-nccl [0-9][0-9A-Za-z.+-]*' "$ROOT$path" 2>/dev/null | head -n 1)" || true
     version="${version#aws-ofi-nccl }"
     if ! version_matches "$GPUFORGE_OFI_VERSION" "$version"; then
         fail aws_ofi_nccl "NCCL loads $path, version '${version:-unknown}', the matrix pins $GPUFORGE_OFI_VERSION"
         return
     fi
     if [[ -n "$GPUFORGE_OFI_NET_PLUGIN" ]] &&
-        ! grep -qx "NCCL_NET_PLUGIN=$GPUFORGE_OFI_NET_PLUGIN" "${GPUFORGE_ROOT:-}/etc/nccl.conf" 2>/dev/null; then
+        ! grep -qx "NCCL_NET_PLUGIN=$GPUFORGE_OFI_NET_PLUGIN" "$ROOT/etc/nccl.conf" 2>/dev/null; then
         fail aws_ofi_nccl "/etc/nccl.conf does not select the plugin (NCCL_NET_PLUGIN=$GPUFORGE_OFI_NET_PLUGIN)"
         return
     fi

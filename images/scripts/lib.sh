@@ -6,11 +6,12 @@
 # Package names are derived here once, so the install steps and the verification step
 # can never disagree about which package holds which component.
 #
-# GPUFORGE_ROOT (empty on a real build) prefixes every file path the scripts read or
-# write, so the verification step can be run against a recorded node in tests.
+# GPUFORGE_ROOT (empty on a real build) prefixes the files the kernel step and the
+# verification step read and write, so tests can run both against a scratch root.
 
 GPUFORGE_PAYLOAD="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-GPUFORGE_STATE="${GPUFORGE_ROOT:-}/var/lib/gpuforge"
+ROOT="${GPUFORGE_ROOT:-}"
+GPUFORGE_STATE="$ROOT/var/lib/gpuforge"
 PINNED_LIST="$GPUFORGE_STATE/pinned-packages"
 
 # Repository hosts, used to pick a package version from the intended origin only.
@@ -67,8 +68,8 @@ pkg_dcgm() {
 }
 # dcgm-exporter versions read <dcgm>-<exporter>; its host package carries the exporter part.
 dcgm_exporter_version() { echo "${GPUFORGE_DCGM_EXPORTER#*-}"; }
-efa_installed_file() { echo "${GPUFORGE_ROOT:-}/opt/amazon/efa_installed_packages"; }
-manifest_file() { echo "${GPUFORGE_ROOT:-}/etc/gpuforge/manifest.json"; }
+efa_installed_file() { echo "$ROOT/opt/amazon/efa_installed_packages"; }
+manifest_file() { echo "$ROOT/etc/gpuforge/manifest.json"; }
 
 # --- versions -------------------------------------------------------------------------------
 
@@ -144,16 +145,19 @@ hold() {
 
 # Add an apt repository whose signing key must have FINGERPRINT (empty: trust the HTTPS download).
 add_apt_repository() {
-    local name="$1" key_url="$2" fingerprint="$3" line="$4" keyring found
+    local name="$1" key_url="$2" fingerprint="$3" line="$4" keyring download found
     keyring="/usr/share/keyrings/gpuforge-$name.gpg"
-    curl -fsSL --retry 3 -o "/tmp/gpuforge-$name.key" "$key_url"
-    found="$(gpg --show-keys --with-colons "/tmp/gpuforge-$name.key" | awk -F: '$1 == "fpr" { print $10; exit }')"
+    download="$(mktemp)"
+    curl -fsSL --retry 3 -o "$download" "$key_url"
+    found="$(gpg --show-keys --with-colons "$download" | awk -F: '$1 == "fpr" { print $10; exit }')"
     if [[ -n "$fingerprint" && "$found" != "$fingerprint" ]]; then
-        die "$name: the signing key at $key_url has fingerprint $found, expected $fingerprint"
+        die "$name: the signing key at $key_url has fingerprint ${found:-none}, expected $fingerprint"
     fi
     log "$name: signing key $found"
-    gpg --dearmor --yes -o "$keyring" "/tmp/gpuforge-$name.key"
-    echo "deb [signed-by=$keyring] $line" >"/etc/apt/sources.list.d/gpuforge-$name.list"
+    mkdir -p "$ROOT/usr/share/keyrings" "$ROOT/etc/apt/sources.list.d"
+    gpg --dearmor --yes -o "$ROOT$keyring" "$download"
+    rm -f "$download"
+    echo "deb [signed-by=$keyring] $line" >"$ROOT/etc/apt/sources.list.d/gpuforge-$name.list"
 }
 
 # Download URL to DEST and stop unless its sha256 is EXPECTED.

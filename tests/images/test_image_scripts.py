@@ -162,11 +162,100 @@ def test_apt_resolve_picks_the_one_version_from_the_intended_repository(
     assert (missing.returncode, missing.stdout) == (1, "")
 
 
-def test_the_kernel_step_stops_early_when_fsx_has_no_lustre_modules_for_the_kernel() -> None:
-    """The check sits before any kernel package is installed, and names the component and the fix."""
-    text = (SCRIPTS / "10-kernel.sh").read_text()
-    check = text.index('apt_resolve "$(pkg_lustre)"')
-    assert check < text.index(
-        'apt-get install "${APT_OPTIONS[@]}" --no-install-recommends "${kernel_packages[@]}"'
+CUDA_KEY = "EB693B3035CD5710E231E123A4B469963BF863CC"
+TOOLKIT_KEY = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
+# Stand-ins for the tools the kernel step drives. The step installs packages and rewrites apt and
+# GRUB configuration, which a test must not do to the machine it runs on; every call is logged.
+KERNEL_STEP_TOOLS = {
+    "apt-get": "exit 0",
+    "apt-mark": "exit 0",
+    "update-grub": "exit 0",
+    "dpkg-query": "exit 1",
+    "curl": 'while [[ $# -gt 1 ]]; do if [[ $1 == -o ]]; then out=$2; fi; shift; done; echo "key from $1" >"$out"',
+    "gpg": (
+        'if [[ " $* " == *" --show-keys "* ]]; then key="$(cat "${@: -1}")"; '
+        'case "$key" in *3bf863cc*) fpr="$CUDA_FPR" ;; *libnvidia-container*) fpr=' + TOOLKIT_KEY + " ;; "
+        "*) fpr=0000000000000000000000000000000000000000 ;; esac; "
+        'echo "fpr:::::::::$fpr:"; else while [[ $# -gt 0 ]]; do [[ $1 == -o ]] && : >"$2"; shift; done; fi'
+    ),
+    "apt-cache": 'if [[ $1 == madison && -f "$MADISON/$2" ]]; then cat "$MADISON/$2"; fi; exit 0',
+}
+
+
+def _kernel_step(
+    payload: Path, tmp_path: Path, lustre_versions: list[str], cuda_fpr: str = CUDA_KEY
+) -> tuple[subprocess.CompletedProcess[str], Path, list[str]]:
+    root, bin_dir, madison = tmp_path / "root", tmp_path / "bin", tmp_path / "madison"
+    for folder in (root / "etc", bin_dir, madison):
+        folder.mkdir(parents=True)
+    (root / "etc" / "os-release").write_text('ID=ubuntu\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\n')
+    log = tmp_path / "calls.log"
+    for name, body in KERNEL_STEP_TOOLS.items():
+        stub = bin_dir / name
+        stub.write_text(f'#!/usr/bin/env bash\necho "{name} $*" >>"{log}"\n{body}\n')
+        stub.chmod(0o755)
+    package = "lustre-client-modules-6.8.0-1015-aws"
+    (madison / package).write_text(
+        "".join(
+            f"{package} | {version} | https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu jammy/main amd64 Packages\n"
+            for version in lustre_versions
+        )
     )
-    assert "lustre_client: FSx publishes no" in text
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "GPUFORGE_ROOT": str(root),
+        "MADISON": str(madison),
+        "CUDA_FPR": cuda_fpr,
+    }
+    done = subprocess.run(
+        ["bash", str(payload / "scripts" / "10-kernel.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    calls = log.read_text().splitlines() if log.exists() else []
+    return done, root, calls
+
+
+def test_kernel_step_pins_the_kernel_and_boots_it_next(payloads: dict[str, Path], tmp_path: Path) -> None:
+    done, root, calls = _kernel_step(payloads["p5-h100-cuda12"], tmp_path, ["2.15.6-1fsx25"])
+    assert done.returncode == 0, done.stderr
+    kernel = "6.8.0-1015-aws"
+    installs = [call for call in calls if call.startswith("apt-get install")]
+    assert any(
+        f"linux-image-{kernel} linux-modules-{kernel} linux-headers-{kernel}" in call for call in installs
+    )
+    assert f"apt-mark hold linux-image-{kernel} linux-modules-{kernel} linux-headers-{kernel}" in calls
+    grub = (root / "etc" / "default" / "grub.d" / "99-gpuforge-kernel.cfg").read_text()
+    assert grub == f'GRUB_DEFAULT="Advanced options for Ubuntu>Ubuntu, with Linux {kernel}"\n'
+    assert calls[-1] == "update-grub "
+    sources = {p.name: p.read_text() for p in (root / "etc" / "apt" / "sources.list.d").iterdir()}
+    assert "compute/cuda/repos/ubuntu2204/x86_64/ /" in sources["gpuforge-cuda.list"]
+    assert "fsx-lustre-client-repo.s3.amazonaws.com/ubuntu jammy main" in sources["gpuforge-fsx-lustre.list"]
+    assert all("[signed-by=/usr/share/keyrings/gpuforge-" in line for line in sources.values())
+
+
+def test_kernel_step_stops_before_any_change_when_fsx_has_no_lustre_for_the_kernel(
+    payloads: dict[str, Path], tmp_path: Path
+) -> None:
+    done, root, calls = _kernel_step(payloads["p5-h100-cuda12"], tmp_path, ["2.15.5-1fsx20"])
+    assert done.returncode == 1
+    assert (
+        "lustre_client: FSx publishes no lustre-client-modules-6.8.0-1015-aws at Lustre 2.15.6" in done.stderr
+    )
+    assert not [call for call in calls if "linux-image" in call or call.startswith("update-grub")]
+    assert not (root / "etc" / "default" / "grub.d").exists()
+
+
+def test_kernel_step_refuses_a_repository_key_with_another_fingerprint(
+    payloads: dict[str, Path], tmp_path: Path
+) -> None:
+    done, _, calls = _kernel_step(payloads["p5-h100-cuda12"], tmp_path, ["2.15.6-1fsx25"], cuda_fpr="F" * 40)
+    assert done.returncode == 1
+    assert (
+        f"cuda: the signing key at https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/3bf863cc.pub has fingerprint {'F' * 40}, expected {CUDA_KEY}"
+        in done.stderr
+    )
+    assert not [call for call in calls if "linux-image" in call]
