@@ -19,6 +19,7 @@ are added here, each with its reason:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -239,4 +240,12 @@ def named(resources: Sequence[Registered], token: str) -> Registered:
 def record_cluster(
     spec: GpuClusterSpec, *transformations: pulumi.ResourceTransformation, preview: bool = False
 ) -> list[Registered]:
+    if not transformations:
+        return list(_clean_cluster(spec.model_dump_json(), preview))
     return record(cluster(spec, *transformations), preview=preview)
+
+
+@functools.lru_cache(maxsize=32)
+def _clean_cluster(spec_json: str, preview: bool) -> tuple[Registered, ...]:
+    """An unchanged cluster is recorded once per spec: the records are immutable."""
+    return tuple(record(cluster(GpuClusterSpec.model_validate_json(spec_json)), preview=preview))
