@@ -129,6 +129,7 @@ def build_image(
 ) -> BuildResult:
     """Build (or reuse) the AMI of a matrix in one region and record it in the catalog."""
     matrix, digest = load_valid(request.matrix_path)
+    # Input problems (region, distribution) stop the build before any AWS call.
     base_id = base_ami(matrix, aws.region)
     distro_defaults(matrix)
     expected = ami_tags(matrix, digest)

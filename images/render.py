@@ -99,7 +99,6 @@ class RenderedBuild:
     plugins_file: Path
     payload: Path
     ami_name: str
-    tags: dict[str, str]
 
 
 def ami_name(matrix: Matrix, digest: str) -> str:
@@ -275,5 +274,4 @@ def render(matrix: Matrix, digest: str, options: RenderOptions, out: Path) -> Re
         plugins_file=out / PLUGINS_FILE,
         payload=out / PAYLOAD_DIR,
         ami_name=ami_name(matrix, digest),
-        tags=ami_tags(matrix, digest),
     )
