@@ -51,7 +51,7 @@ class SeedImage:
             "ami_id": self.ami_id,
             "name": self.name,
             "description": "gpuforge --local seed of a pinned base image",
-            "owner_id": "099720109477",
+            "owner_id": "099720109477",  # Canonical's image-publishing account
             "public": True,
             "virtualization_type": "hvm",
             "architecture": self.architecture,

@@ -119,7 +119,13 @@ def _pyproject(root: Path) -> dict[str, Any]:
 def copy_source(dest: Path, root: Path = PROJECT_ROOT) -> None:
     """Copy what building gpuforge needs: pyproject.toml, its readme and every mapped package folder."""
     project = _pyproject(root)
-    folders = sorted(set(project["tool"]["setuptools"]["package-dir"].values()))
+    try:
+        folders = sorted(set(project["tool"]["setuptools"]["package-dir"].values()))
+    except (KeyError, AttributeError):
+        raise GpuforgeError(
+            f"{root / 'pyproject.toml'}: [tool.setuptools] package-dir is missing, so gpuforge's source folders "
+            "are unknown. Fix: restore the package-dir table."
+        ) from None
     dest.mkdir(parents=True)
     shutil.copy2(root / "pyproject.toml", dest / "pyproject.toml")
     readme = project.get("project", {}).get("readme")
