@@ -19,12 +19,12 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuforge.errors import GpuforgeError
 from gpuforge.images import ec2, packer
-from gpuforge.images.catalog import CatalogEntry, now_utc, record_entry
+from gpuforge.images.catalog import CatalogEntry, load_catalog, now_utc, record_entry, utc_timestamp
 from gpuforge.images.machine_readable import artifact_amis
 from gpuforge.images.matrix import Matrix, load_valid
 from gpuforge.images.progress import Progress
@@ -34,6 +34,7 @@ from gpuforge.images.tags import ami_tags
 DEFAULT_TIMEOUT_S = 3 * 3600.0
 # init and validate read files only; they get at most this long of the overall budget.
 CHECK_TIMEOUT_S = 300.0
+UNKNOWN_PACKER = "unknown"
 
 
 class BootModeMismatch(GpuforgeError):
@@ -138,8 +139,15 @@ def build_image(
     existing = [image for image in ec2.images_with_digest(client, aws, digest) if image.state == "available"]
     if existing and not request.force:
         image = ec2.verify_image(client, aws, existing[0].ami_id, expected)
-        entry = _entry(matrix, digest, image.ami_id, aws.region, str(tool.version))
-        record_entry(request.catalog, entry)
+        entry = load_catalog(request.catalog).lookup(digest, aws.region)
+        if entry is None or entry.ami_id != image.ami_id:
+            # Built elsewhere (another catalog, another machine): its build time is the AMI's
+            # creation time; which packer built it is not recorded on the AMI.
+            entry = replace(
+                _entry(matrix, digest, image.ami_id, aws.region, UNKNOWN_PACKER),
+                built_at=utc_timestamp(image.creation_date),
+            )
+            record_entry(request.catalog, entry)
         report(
             f"{image.ami_id} in {aws.region} is already built from {matrix.name} {matrix.version} "
             f"(digest {digest[:12]}); recorded it, nothing built. Use --force to rebuild."

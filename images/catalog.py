@@ -97,6 +97,14 @@ def now_utc() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat()
 
 
+def utc_timestamp(text: str) -> str:
+    """An EC2 timestamp (e.g. CreationDate `2026-01-31T12:00:00.000Z`) in the catalog's format."""
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat()
+
+
 def _invalid(path: Path, field: str, problem: str) -> InputError:
     return InputError(f"{path}: not a valid gpuforge AMI catalog: {field}: {problem}. {FIX}")
 

@@ -12,7 +12,7 @@ from image_helpers import BASE_AMI, MATRICES, REGION, load_matrix_data, variant,
 from gpuforge.cli import main
 from gpuforge.images import image_cli
 from gpuforge.images.build import BootModeMismatch, BuildRequest, build_image
-from gpuforge.images.catalog import load_catalog
+from gpuforge.images.catalog import load_catalog, utc_timestamp
 from gpuforge.images.ec2 import Aws, AwsError, BaseImageMissing, VerificationFailed
 from gpuforge.images.emulator import DUMMY_CREDENTIALS, LocalAws
 from gpuforge.images.matrix import load_valid
@@ -82,10 +82,18 @@ def test_an_existing_ami_is_recorded_and_not_rebuilt_unless_forced(
     first_catalog, second_catalog = tmp_path / "first.json", tmp_path / "second.json"
     _, first_ami, _ = _build(matrix_path, first_catalog, aws, packer_tool)
 
+    first_record = first_catalog.read_bytes()
+    assert _build(matrix_path, first_catalog, aws, packer_tool) == (False, first_ami, "")
+    assert first_catalog.read_bytes() == first_record  # already recorded: left as it was
+
     built, again, shown = _build(matrix_path, second_catalog, aws, packer_tool)
     assert (built, again, shown) == (False, first_ami, "")
     _, digest = load_valid(matrix_path)
-    assert load_catalog(second_catalog).lookup(digest, REGION).ami_id == first_ami  # type: ignore[union-attr]
+    reused = load_catalog(second_catalog).lookup(digest, REGION)
+    created = aws.client().describe_images(ImageIds=[first_ami])["Images"][0]["CreationDate"]
+    assert reused is not None and reused.ami_id == first_ami
+    assert reused.packer_version == "unknown"  # the AMI does not say which packer built it
+    assert reused.built_at == utc_timestamp(created)
 
     old = aws.client().describe_images(ImageIds=[first_ami])["Images"][0]
     old_snapshot = old["BlockDeviceMappings"][0]["Ebs"]["SnapshotId"]

@@ -19,6 +19,7 @@ from gpuforge.images.catalog import (
     load_catalog,
     now_utc,
     record_entry,
+    utc_timestamp,
 )
 
 DIGEST = "a" * 64
@@ -143,3 +144,8 @@ def test_concurrent_builds_finishing_at_once_both_land(tmp_path: Path) -> None:
     assert len(catalog.entries) == 45
     assert {e.ami_id for e in catalog.entries} == {f"ami-{w:04x}{i:04x}" for w in range(3) for i in range(15)}
     assert not list(tmp_path.glob(".catalog.json.*.tmp"))
+
+
+def test_ec2_timestamps_become_catalog_timestamps() -> None:
+    assert utc_timestamp("2026-01-31T12:00:00.000Z") == "2026-01-31T12:00:00+00:00"
+    assert utc_timestamp("2026-01-31T14:00:00+02:00") == "2026-01-31T12:00:00+00:00"
