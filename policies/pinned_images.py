@@ -32,7 +32,7 @@ CONFIG_PROPERTIES: dict[str, dict[str, Any]] = {
         "type": "string",
         "description": "The image catalog (JSON) that records pinned AMIs. A relative path is taken "
         "from the working directory of the process that runs the pack.",
-        "default": str(Path(DEFAULT_CATALOG).resolve()),
+        "default": str(DEFAULT_CATALOG),
     },
     MATRICES_KEY: {
         "type": "string",
