@@ -93,7 +93,7 @@ def run_node(scenario: Scenario, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     root = scenario.write_root(tmp_path / "root")
     bin_dir = install_commands(scenario, tmp_path / "bin")
     monkeypatch.setenv("PATH", str(bin_dir))
-    parsed = build_parser().parse_args(["node", "check", *args])
+    parsed = build_parser("node").parse_args(["node", "check", *args])
     return node_cli.handle_check(parsed, paths=HostPaths(root))
 
 
