@@ -17,7 +17,13 @@ the stack creates them, and the property dependencies say which resources they a
 
 from __future__ import annotations
 
-from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyConfigSchema,
+    ReportViolation,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
 
 from gpuforge import hardware
 from gpuforge.components.cluster_rules import CAPACITY_BLOCK_PLACEMENT_SOURCE
@@ -28,6 +34,9 @@ from gpuforge.policies.props import UNKNOWN, at, is_set, text
 from gpuforge.policies.stack_graph import Node, Refs, StackGraph, describe, node_subnets, nodes
 
 CLUSTER = "cluster"
+# Policy config: the placement strategies accepted for on-demand EFA nodes. `partition` is opt-in,
+# for groups too large for one cluster group (Placement offers it as an option).
+STRATEGIES_KEY = "strategies"
 # "EFA OS-bypass traffic is limited to a single subnet."
 # Source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html (EFA limitations)
 SUBNET_SOURCE = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html"
@@ -91,7 +100,11 @@ def _reservation_group(graph: StackGraph, node: Node, reservation: object) -> Re
 
 
 def _check_group(
-    graph: StackGraph, node: Node, instance: hardware.InstanceType, report: ReportViolation
+    graph: StackGraph,
+    node: Node,
+    instance: hardware.InstanceType,
+    report: ReportViolation,
+    strategies: tuple[str, ...],
 ) -> None:
     urn = node.launcher.urn
     group = placement_group(graph, node)
@@ -157,17 +170,19 @@ def _check_group(
         strategy = text(at(created.props, "strategy"))
         if strategy is UNKNOWN:
             unknown_during_preview([created.name, "strategy"])
-        if strategy != CLUSTER:
+        if strategy not in strategies:
             report(
                 f"{node.describe()} launches into placement group {describe(created)} with strategy "
                 f"{strategy!r}; EFA nodes need the low latency of the 'cluster' strategy "
-                f"(source: {PLACEMENT_SOURCE}). Fix: set strategy to 'cluster'.",
+                f"(source: {PLACEMENT_SOURCE}). Fix: set strategy to 'cluster', or, for a group too large "
+                f"for one cluster group, allow 'partition' in this policy's `{STRATEGIES_KEY}` config.",
                 urn,
             )
 
 
 def validate_placement(args: StackValidationArgs, report: ReportViolation) -> None:
     graph = StackGraph(args.resources)
+    strategies = tuple(args.get_config()[STRATEGIES_KEY])
     subnets: dict[str, Refs] = {}
     for node in nodes(graph):
         if node.external_template is not None and node.instance_type is None:
@@ -181,7 +196,7 @@ def validate_placement(args: StackValidationArgs, report: ReportViolation) -> No
         instance = efa_type(node)
         if instance is None:
             continue
-        _check_group(graph, node, instance, report)
+        _check_group(graph, node, instance, report, strategies)
         refs = node_subnets(graph, node)
         if refs.unresolved:
             unknown_during_preview([node.launcher.name, "subnets"])
@@ -211,4 +226,15 @@ EFA_PLACEMENT = StackValidationPolicy(
     ),
     validate=validate_placement,
     enforcement_level=EnforcementLevel.MANDATORY,
+    config_schema=PolicyConfigSchema(
+        properties={
+            STRATEGIES_KEY: {
+                "type": "array",
+                "items": {"enum": ["cluster", "partition"]},
+                "minItems": 1,
+                "description": "Placement strategies accepted for on-demand EFA nodes.",
+                "default": [CLUSTER],
+            }
+        }
+    ),
 )

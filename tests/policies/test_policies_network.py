@@ -65,6 +65,13 @@ def test_partition_strategy_is_not_cluster(images: Images) -> None:
     resources = record_cluster(spec(images, placement_strategy="partition", partition_count=2))
     [verdict] = of(verdicts(resources, images), "efa-placement")
     assert "strategy 'partition'" in verdict.message and "set strategy to 'cluster'" in verdict.message
+    assert "allow 'partition' in this policy's `strategies` config" in verdict.message
+
+
+def test_partition_strategy_passes_when_the_policy_config_allows_it(images: Images) -> None:
+    resources = record_cluster(spec(images, placement_strategy="partition", partition_count=2))
+    config = {"efa-placement": {"strategies": ["cluster", "partition"]}}
+    assert of(verdicts(resources, images, config), "efa-placement") == []
 
 
 def test_capacity_block_takes_no_group(images: Images) -> None:

@@ -65,7 +65,13 @@ def test_metadata_without_a_server() -> None:
 
 def test_config_schemas_and_their_defaults() -> None:
     with_schema = {p.name for p in pack.POLICIES if p.config_schema is not None}
-    assert with_schema == {"ami-pinned", "driver-branch-eol", "fsx-s3-link", "cost-allocation-tags"}
+    assert with_schema == {
+        "ami-pinned",
+        "driver-branch-eol",
+        "efa-placement",
+        "fsx-s3-link",
+        "cost-allocation-tags",
+    }
     reconciled = reconcile_config(pack.POLICIES, {})
     for policy in pack.POLICIES:
         if policy.config_schema is None:
