@@ -6,20 +6,15 @@ ids are made up, as no image is built here (the --local build has its own tests)
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from plan_support import MATRICES, STACK_DIR, StackCopy
 
 from gpuforge.images.catalog import Catalog, CatalogEntry, load_catalog, now_utc, record_entry
 from gpuforge.images.matrix import load_valid
-
-REPO = Path(__file__).resolve().parents[2]
-STACK_DIR = REPO / "stacks" / "training"
-MATRICES = REPO / "images" / "matrices"
-SHIPPED_STACKS = sorted(path.name[len("Pulumi.") : -len(".yaml")] for path in STACK_DIR.glob("Pulumi.*.yaml"))
 
 
 @pytest.fixture(scope="session")
@@ -47,9 +42,6 @@ def catalog_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def catalog(catalog_path: Path) -> Catalog:
     return load_catalog(catalog_path)
-
-
-StackCopy = Callable[..., Path]
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import STACK_DIR, StackCopy
+from plan_support import STACK_DIR, StackCopy
 
 from gpuforge.cli import main
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHIPPED_STACKS, STACK_DIR, StackCopy
+from plan_support import REPO, SHIPPED_STACKS, STACK_DIR, StackCopy
 
 from gpuforge import hardware
 from gpuforge.errors import InputError
