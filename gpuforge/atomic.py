@@ -11,12 +11,21 @@ import tempfile
 from pathlib import Path
 
 
+NEW_FILE_MODE = 0o644
+
+
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, fsync it, then rename over `path`."""
+    """Write `text` to a temporary file beside `path`, fsync it, then rename over `path`.
+
+    The file keeps the mode of the one it replaces (a new file gets 0644): mkstemp's
+    private 0600 would otherwise lock other readers out of a shared catalog.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777 if path.exists() else NEW_FILE_MODE
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
