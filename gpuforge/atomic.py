@@ -10,7 +10,6 @@ import os
 import tempfile
 from pathlib import Path
 
-
 NEW_FILE_MODE = 0o644
 
 
