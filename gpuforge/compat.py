@@ -153,6 +153,7 @@ class Compat(_Strict):
     nccl: Nccl
     efa_installer: EfaInstaller
     aws_ofi_nccl: AwsOfiNccl
+    dcgm_exporter: SourcedRule
 
 
 @cache

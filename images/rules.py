@@ -594,6 +594,25 @@ def rule_boot_mode(matrix: Matrix, data: Compat) -> Iterator[Finding]:
             )
 
 
+def rule_dcgm_exporter(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    """dcgm-exporter releases are versioned `<DCGM>-<exporter>`: the first part is the DCGM it is built on."""
+    built_on = matrix.dcgm_exporter.split("-", 1)[0]
+    if (
+        _version(matrix.dcgm) is not None
+        and _version(matrix.dcgm_exporter) is not None
+        and built_on != matrix.dcgm
+    ):
+        yield Finding(
+            "dcgm.exporter-matches",
+            ERROR,
+            "dcgm_exporter",
+            f"dcgm-exporter {matrix.dcgm_exporter} is built on DCGM {built_on}, but the matrix pins DCGM "
+            f"{matrix.dcgm}. Fix: pin the dcgm-exporter release built on DCGM {matrix.dcgm} "
+            f"('{matrix.dcgm}-<exporter version>').",
+            data.dcgm_exporter.source,
+        )
+
+
 RULES: tuple[Rule, ...] = (
     rule_exact_pins,
     rule_base_ami,
@@ -609,6 +628,7 @@ RULES: tuple[Rule, ...] = (
     rule_efa_installer,
     rule_aws_ofi_nccl,
     rule_boot_mode,
+    rule_dcgm_exporter,
 )
 
 

@@ -393,3 +393,17 @@ def test_uefi_only_ami_cannot_boot_p4d(a100: dict[str, Any]) -> None:
 def test_legacy_bios_ami_boots_p4d(a100: dict[str, Any]) -> None:
     a100["os"]["boot_mode"] = "legacy-bios"
     assert rules(a100) == set()
+
+
+# --- DCGM -------------------------------------------------------------------------------
+
+
+def test_dcgm_exporter_must_be_built_on_the_pinned_dcgm(h100: dict[str, Any]) -> None:
+    h100["dcgm_exporter"] = "4.1.1-4.0.4"
+    hit = [f for f in findings(h100) if f.rule == "dcgm.exporter-matches"]
+    assert rules(h100) == {"dcgm.exporter-matches"} and "4.2.3" in hit[0].message
+
+
+def test_dcgm_exporter_on_the_same_dcgm_passes(h100: dict[str, Any]) -> None:
+    h100["dcgm_exporter"] = "4.2.3-4.2.0"
+    assert rules(h100) == set()
