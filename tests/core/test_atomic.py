@@ -25,7 +25,9 @@ def test_replacing_keeps_the_old_mode(tmp_path: Path) -> None:
     assert path.read_text() == "new" and path.stat().st_mode & 0o777 == 0o640
 
 
-def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_write_leaves_the_old_file_and_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "catalog.json"
     path.write_text("old")
 
