@@ -88,3 +88,32 @@ def test_other_run_errors_pass_through(program: Path) -> None:
 
     with pytest.raises(pulumi.RunError, match="a plain RunError"):
         run_program(program, project="p", stack="s", config={"gpuforge:nodeCount": "-1"}, region="us-west-2")
+
+
+def test_the_stack_program_itself_refuses_an_unknown_key_from_the_engine(catalog_path: Path) -> None:
+    """Under `pulumi up` no file loader runs first: the program checks the config the engine hands it."""
+    from plan_support import STACK_DIR
+
+    from gpuforge.stack_config import load_stack_config
+
+    values = {**load_stack_config(STACK_DIR, "p5-prod").engine_values, "gpuforge:catalog": str(catalog_path)}
+    run = run_program(
+        STACK_DIR / "__main__.py",
+        project="gpuforge-training",
+        stack="p5-prod",
+        config=values,
+        region="us-east-1",
+    )
+    assert run.outputs["summary"]["nodes"] == 16
+
+    values["gpuforge:nodeCont"] = "4"
+    with pytest.raises(
+        InputError, match=r"config of stack p5-prod \(Pulumi.p5-prod.yaml\): unknown key 'gpuforge:nodeCont'"
+    ):
+        run_program(
+            STACK_DIR / "__main__.py",
+            project="gpuforge-training",
+            stack="p5-prod",
+            config=values,
+            region="us-east-1",
+        )
