@@ -5,10 +5,13 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pulumi
 import pytest
+from plan_support import STACK_DIR
 
 from gpuforge.errors import InputError
 from gpuforge.plan.run import run_program
+from gpuforge.stack_config import load_stack_config
 
 PROGRAM = """
 import pulumi
@@ -84,18 +87,12 @@ def test_a_run_error_from_gpuforge_input_comes_back_as_that_error(program: Path)
 
 
 def test_other_run_errors_pass_through(program: Path) -> None:
-    import pulumi
-
     with pytest.raises(pulumi.RunError, match="a plain RunError"):
         run_program(program, project="p", stack="s", config={"gpuforge:nodeCount": "-1"}, region="us-west-2")
 
 
 def test_the_stack_program_itself_refuses_an_unknown_key_from_the_engine(catalog_path: Path) -> None:
     """Under `pulumi up` no file loader runs first: the program checks the config the engine hands it."""
-    from plan_support import STACK_DIR
-
-    from gpuforge.stack_config import load_stack_config
-
     values = {**load_stack_config(STACK_DIR, "p5-prod").engine_values, "gpuforge:catalog": str(catalog_path)}
     run = run_program(
         STACK_DIR / "__main__.py",
