@@ -103,11 +103,11 @@ class RecordingMonitor(MockMonitor):
 
     def RegisterResource(self, request: Any) -> Any:  # the gRPC method name
         with _registering(self, request):
-            return super().RegisterResource(request)
+            return super().RegisterResource(request)  # type: ignore[no-untyped-call]  # the SDK's method is untyped
 
     def ReadResource(self, request: Any) -> Any:  # the gRPC method name
         with _registering(self, request):
-            return super().ReadResource(request)
+            return super().ReadResource(request)  # type: ignore[no-untyped-call]  # the SDK's method is untyped
 
 
 @contextlib.contextmanager
