@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 from node_scenarios import FIXTURES, fixture, p5_healthy
 from test_node_cli import run_node, serve_imds
 
@@ -22,31 +19,14 @@ REGION = "us-east-1"
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, moto_endpoint: str) -> str:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+def aws(monkeypatch: pytest.MonkeyPatch, moto_server: str) -> str:
+    """moto's server (tests/conftest.py) reached through boto3's standard environment."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.delenv("AWS_PROFILE", raising=False)
-    return moto_endpoint
+    return moto_server
 
 
 def _group_with_one_instance(name: str) -> tuple[Any, str]:
