@@ -473,6 +473,13 @@ def resolve_ami(config: StackConfig) -> AmiPin:
             f"{config.source}: {NAMESPACE}:matrix = {str(config.matrix_path)!r} is not a valid matrix, so no AMI "
             f"can be pinned for it: {error.message}"
         ) from None
+    if config.instance_type not in matrix.targets:
+        raise InputError(
+            f"{config.source}: {NAMESPACE}:instanceType = {config.instance_type!r} is not a target of "
+            f"{NAMESPACE}:matrix {display_path(config.matrix_path)} (targets: {', '.join(matrix.targets)}); its "
+            "kernel, driver and libraries were checked for those types only. Fix: choose a matrix whose "
+            "targets include the instance type, or add the type to the matrix's targets and check it again."
+        )
     catalog_path = config.catalog_path or DEFAULT_CATALOG
     entry = load_catalog(catalog_path).lookup(digest, config.region)
     if entry is None:

@@ -25,8 +25,6 @@ COMPONENTS = (
     "kernel",
     "nvidia-driver",
     "nvidia-kernel-modules",
-    "fabricmanager",
-    "nscq",
     "cuda",
     "cudnn",
     "nccl",
@@ -51,7 +49,8 @@ def test_tags_carry_identity_and_every_pinned_component(matrix_path: Path) -> No
     assert tags["gpuforge:nvidia-driver"] == matrix.nvidia.driver
     assert tags["gpuforge:aws-ofi-nccl"] == matrix.aws_ofi_nccl.version
     assert tags["gpuforge:efa-installer"] == matrix.efa.installer
-    assert ("gpuforge:nvlsm" in tags) == (matrix.nvidia.nvlsm is not None)
+    for optional in ("nvlsm", "fabricmanager", "nscq"):  # NVSwitch companions: tagged when pinned
+        assert (f"gpuforge:{optional}" in tags) == (getattr(matrix.nvidia, optional) is not None)
     # AWS limits: 128-character keys, 256-character values.
     assert all(len(key) <= 128 and len(value) <= 256 for key, value in tags.items())
     assert len(tags) == 3 + len(component_versions(matrix))

@@ -141,3 +141,13 @@ def test_an_unknown_stack_exits_2_listing_the_shipped_ones(capsys: pytest.Captur
     assert code == 2
     assert "Pulumi.prod.yaml: no such stack file" in err
     assert "p5-prod" in err
+
+
+def test_an_instance_type_the_matrix_does_not_target_exits_2(
+    capsys: pytest.CaptureFixture[str], stack_copy: StackCopy, catalog_path: Path
+) -> None:
+    stack_dir = stack_copy("p5-prod", overrides={"gpuforge:instanceType": "p6-b200.48xlarge"})
+    code, out, err = _plan(capsys, str(stack_dir), "--stack", "p5-prod", "--catalog", str(catalog_path))
+    assert (code, out) == (2, "")
+    assert "gpuforge:instanceType = 'p6-b200.48xlarge' is not a target of gpuforge:matrix" in err
+    assert "p5.48xlarge, p5e.48xlarge, p5en.48xlarge" in err and "Traceback" not in err
