@@ -56,9 +56,21 @@ class StackGraph:
 
     def __init__(self, resources: Iterable[PolicyResource]) -> None:
         self.resources = list(resources)
+        # Indexes, so that the stack policies stay linear in the stack's size (every node
+        # group looks up its subnets, groups and templates).
+        self._position = {resource.urn: index for index, resource in enumerate(self.resources)}
+        self._by_type: dict[str, list[PolicyResource]] = {}
+        for resource in self.resources:
+            self._by_type.setdefault(resource.resource_type, []).append(resource)
+
+    def _in_stack_order(self, resources: Iterable[PolicyResource]) -> list[PolicyResource]:
+        inside = [resource for resource in resources if resource.urn in self._position]
+        return sorted(inside, key=lambda resource: self._position[resource.urn])
 
     def of_type(self, *types: str) -> list[PolicyResource]:
-        return [resource for resource in self.resources if resource.resource_type in types]
+        return self._in_stack_order(
+            resource for kind in dict.fromkeys(types) for resource in self._by_type.get(kind, [])
+        )
 
     def refs(
         self,
@@ -96,7 +108,7 @@ class StackGraph:
                 external.append(str(value))
             else:
                 internal[match.urn] = match
-        ordered = tuple(candidate for candidate in self.resources if candidate.urn in internal)
+        ordered = tuple(self._in_stack_order(internal.values()))
         return Refs(ordered, tuple(dict.fromkeys(external)), unresolved)
 
 
