@@ -16,6 +16,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from gpuforge import __version__
 from gpuforge.errors import GpuforgeError
@@ -31,6 +32,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 Handler = Callable[[argparse.Namespace], int]
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    """STACK_DIR, --stack and --catalog: how every command that reads a stack's config names it."""
+    parser.add_argument(
+        "stack_dir", type=Path, metavar="STACK_DIR", help="the Pulumi project, e.g. stacks/training"
+    )
+    parser.add_argument("--stack", required=True, metavar="NAME", help="the stack: reads Pulumi.NAME.yaml")
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        metavar="PATH",
+        help="image catalog to resolve the AMI from, in place of the stack's gpuforge:catalog",
+    )
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -3,17 +3,17 @@
 Exit codes: 0 when no mandatory policy fails, 1 when one does, 2 for bad config
 (an InputError from the config, the catalog or the program, through gpuforge.cli).
 
-The Pulumi SDK is imported only when the command runs: gpuforge.cli imports every
-command module to build its parser, and other commands (the node agent on GPU
-nodes) must not pay for, or depend on, the SDK.
+The Pulumi SDK is imported only when the command runs, not when its parser is
+built (`gpuforge plan --help` stays quick).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
+
+from gpuforge.cli import add_stack_arguments
 
 EXIT_OK, EXIT_POLICY_FAILED = 0, 1
 
@@ -25,16 +25,7 @@ def register(subparsers: Any) -> None:
         description="Runs STACK_DIR/__main__.py with the config of STACK_DIR/Pulumi.<stack>.yaml under the "
         "Pulumi SDK's mocks: no AWS account, Pulumi CLI or provider plugin.",
     )
-    parser.add_argument(
-        "stack_dir", type=Path, metavar="STACK_DIR", help="the Pulumi project, e.g. stacks/training"
-    )
-    parser.add_argument("--stack", required=True, metavar="NAME", help="the stack: reads Pulumi.NAME.yaml")
-    parser.add_argument(
-        "--catalog",
-        type=Path,
-        metavar="PATH",
-        help="image catalog to resolve the AMI from, in place of the stack's gpuforge:catalog",
-    )
+    add_stack_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as one JSON document")
     parser.set_defaults(handler=_plan)
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from gpuforge.cli import add_stack_arguments
 
 if TYPE_CHECKING:
     from gpuforge.preflight.report import Check
@@ -28,16 +29,7 @@ def register(subparsers: Any) -> None:
         "credential chain: AWS_PROFILE, AWS_ENDPOINT_URL and the rest are honoured). Read-only calls only. "
         "Exit 0: no check failed; 1: a check failed; 2: bad config or no credentials.",
     )
-    parser.add_argument(
-        "stack_dir", type=Path, metavar="STACK_DIR", help="the Pulumi project, e.g. stacks/training"
-    )
-    parser.add_argument("--stack", required=True, metavar="NAME", help="the stack: reads Pulumi.NAME.yaml")
-    parser.add_argument(
-        "--catalog",
-        type=Path,
-        metavar="PATH",
-        help="image catalog to resolve the AMI from, in place of the stack's gpuforge:catalog",
-    )
+    add_stack_arguments(parser)
     parser.add_argument("--json", action="store_true", help='print {"checks": [{"id", "status", "message"}]}')
     parser.set_defaults(handler=_preflight)
 
