@@ -64,6 +64,8 @@ class RecordedResource:
     dependencies: tuple[str, ...] = ()
     # Input names (as the engine spells them) that an update leaves alone.
     ignore_changes: tuple[str, ...] = ()
+    # Input name -> URNs its value came from; the engine hands these to stack policies.
+    property_dependencies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def is_component(self) -> bool:
@@ -91,6 +93,7 @@ class _Registration:
     parent_urn: str | None
     dependencies: tuple[str, ...]
     ignore_changes: tuple[str, ...]
+    property_dependencies: Mapping[str, tuple[str, ...]]
 
 
 # The monitor sets this for the registration in flight, on the thread that calls
@@ -117,6 +120,9 @@ def _registering(monitor: MockMonitor, request: Any) -> Iterator[None]:
         parent_urn=request.parent or None,
         dependencies=tuple(getattr(request, "dependencies", ())),
         ignore_changes=tuple(getattr(request, "ignoreChanges", ())),
+        property_dependencies={
+            key: tuple(value.urns) for key, value in getattr(request, "propertyDependencies", {}).items()
+        },
     )
     try:
         yield
@@ -207,6 +213,7 @@ class GpuforgeMocks(pulumi.runtime.Mocks):
                     custom=bool(args.custom),
                     dependencies=registration.dependencies if registration else (),
                     ignore_changes=registration.ignore_changes if registration else (),
+                    property_dependencies=registration.property_dependencies if registration else {},
                 )
             )
         return resource_id, outputs

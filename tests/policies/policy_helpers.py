@@ -6,10 +6,7 @@ receive it. A violating case changes one setting of that output the way a user
 could, through a Pulumi transformation on the component, never by writing
 resource dicts by hand.
 
-Two things the engine gives a policy pack that the recording mocks do not keep yet
-are added here, each with its reason:
-- `DependencyMonitor` keeps each registration's property dependencies (the SDK
-  sends them with every RegisterResource; the engine hands them to stack policies);
+One thing the engine does that the recording mocks do not is added here, with its reason:
 - `PreviewMocks` answers as the engine does during `pulumi preview`: a resource
   about to be created has no id and no computed outputs yet (the AWS provider
   answers an empty id), so everything derived from them reaches the next resource
@@ -34,7 +31,7 @@ from gpuforge.images.catalog import CatalogEntry, record_entry
 from gpuforge.images.matrix import check_file
 from gpuforge.policies.rules_ami import image_policy_config
 from gpuforge.policies.runner import Verdict, run_policies
-from gpuforge.pulumi_mocks import GpuforgeMocks, RecordingMonitor
+from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedResource, RecordingMonitor
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_MATRICES = REPO / "images" / "matrices"
@@ -56,38 +53,8 @@ PUBLIC_ACCESS_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
 BUCKET_ENCRYPTION = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
 
 
-@dataclass(frozen=True)
-class Registered:
-    """A recorded resource plus the dependencies its registration carried (what the engine keeps)."""
-
-    type: str
-    name: str
-    inputs: Mapping[str, Any]
-    outputs: Mapping[str, Any]
-    id: str
-    urn: str | None
-    parent_urn: str | None
-    custom: bool
-    dependencies: tuple[str, ...]
-    ignore_changes: tuple[str, ...]
-    property_dependencies: Mapping[str, tuple[str, ...]]
-
-
-class DependencyMonitor(RecordingMonitor):
-    """The recording monitor, also keeping each registration's dependencies by URN."""
-
-    def __init__(self, mocks: GpuforgeMocks) -> None:
-        super().__init__(mocks)
-        self.dependencies: dict[str, tuple[str, ...]] = {}
-        self.property_dependencies: dict[str, dict[str, tuple[str, ...]]] = {}
-
-    def RegisterResource(self, request: Any) -> Any:
-        urn = self.make_urn(request.parent, request.type, request.name)
-        self.dependencies[urn] = tuple(request.dependencies)
-        self.property_dependencies[urn] = {
-            key: tuple(value.urns) for key, value in request.propertyDependencies.items()
-        }
-        return super().RegisterResource(request)
+# What a recorded run hands the policy runner: the mocks' record, property dependencies included.
+Registered = RecordedResource
 
 
 class PreviewMocks(GpuforgeMocks):
@@ -104,7 +71,7 @@ def record(
     """Run `build` as a Pulumi program under the mocks; every resource it registered, with dependencies."""
     if mocks is None:
         mocks = PreviewMocks() if preview else GpuforgeMocks()
-    monitor = DependencyMonitor(mocks)
+    monitor = RecordingMonitor(mocks)
     pulumi.runtime.set_mocks(mocks, project="gpuforge", stack="test", preview=preview, monitor=monitor)
 
     @pulumi.runtime.test
@@ -115,13 +82,10 @@ def record(
     registered = []
     for resource in mocks.resources:
         assert resource.urn is not None
-        fields = dataclasses.asdict(resource)
         if preview and resource.custom:
             # What the engine holds for a resource it has not created yet: its inputs, no id.
-            fields |= {"id": "", "outputs": dict(resource.inputs)}
-        registered.append(
-            Registered(**fields, property_dependencies=monitor.property_dependencies.get(resource.urn, {}))
-        )
+            resource = dataclasses.replace(resource, id="", outputs=dict(resource.inputs))
+        registered.append(resource)
     assert registered, "the program registered nothing"
     return registered
 
