@@ -4,7 +4,8 @@ The JSON shape is a contract (scripts and CI read it):
 
     {"stack": str,
      "matrix": {"path": str, "digest": str},
-     "ami": {"id": str, "region": str, "catalog": str},
+     "ami": str,                                                    # the AMI id
+     "image": {"region": str, "catalog": str},                      # where it was resolved
      "resources": [{"urn", "type", "name", "parent", "inputs"}],   # sorted by URN
      "summary": {...},                                              # GpuCluster.summary
      "policies": [{"policy", "enforcement", "urn", "message"}]}
@@ -40,7 +41,8 @@ def plan_document(plan: Plan) -> dict[str, Any]:
     return {
         "stack": plan.config.stack,
         "matrix": {"path": str(plan.config.matrix_path), "digest": ami["matrix_digest"]},
-        "ami": {"id": ami["id"], "region": ami["region"], "catalog": str(catalog_path(plan))},
+        "ami": ami["id"],
+        "image": {"region": ami["region"], "catalog": str(catalog_path(plan))},
         "resources": [_resource(resource) for resource in resources],
         "summary": _plain(plan.summary),
         "policies": [asdict(verdict) for verdict in plan.verdicts],

@@ -11,7 +11,7 @@ from plan_support import STACK_DIR, StackCopy
 
 from gpuforge.cli import main
 
-TOP_KEYS = ["stack", "matrix", "ami", "resources", "summary", "policies"]
+TOP_KEYS = ["stack", "matrix", "ami", "image", "resources", "summary", "policies"]
 RESOURCE_KEYS = ["urn", "type", "name", "parent", "inputs"]
 VERDICT_KEYS = ["policy", "enforcement", "urn", "message"]
 
@@ -43,9 +43,8 @@ def test_json_shape_is_stable(capsys: pytest.CaptureFixture[str], catalog_path: 
     assert document["matrix"]["path"] == str(
         (STACK_DIR / "../../images/matrices/p5-h100-cuda12.yaml").resolve()
     )
-    assert list(document["ami"]) == ["id", "region", "catalog"]
-    assert document["ami"]["catalog"] == str(catalog_path.resolve())
-    assert document["ami"]["id"] == document["summary"]["ami"]["id"]
+    assert document["ami"] == document["summary"]["ami"]["id"] and document["ami"].startswith("ami-")
+    assert document["image"] == {"region": "us-east-1", "catalog": str(catalog_path.resolve())}
     assert document["matrix"]["digest"] == document["summary"]["ami"]["matrix_digest"]
     assert document["policies"] == []
 
