@@ -17,6 +17,13 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
+def module_env() -> Iterator[pytest.MonkeyPatch]:
+    """Environment changes that last for one test module (pytest's monkeypatch is per test)."""
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+@pytest.fixture(scope="module")
 def moto_server() -> Iterator[str]:
     """moto's server on a free 127.0.0.1 port for one test module; yields its endpoint URL.
 

@@ -8,16 +8,10 @@ import pytest
 
 
 @pytest.fixture(scope="module")
-def aws_endpoint(monkeypatch_module: pytest.MonkeyPatch, moto_server: str) -> Iterator[str]:
+def aws_endpoint(module_env: pytest.MonkeyPatch, moto_server: str) -> Iterator[str]:
     endpoint = moto_server
-    monkeypatch_module.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch_module.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch_module.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch_module.setenv("AWS_ENDPOINT_URL", endpoint)
+    module_env.setenv("AWS_ACCESS_KEY_ID", "testing")
+    module_env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    module_env.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    module_env.setenv("AWS_ENDPOINT_URL", endpoint)
     yield endpoint
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
-    with pytest.MonkeyPatch.context() as patch:
-        yield patch

@@ -8,13 +8,6 @@ import pytest
 
 
 @pytest.fixture(scope="module")
-def module_env() -> Iterator[pytest.MonkeyPatch]:
-    """Environment changes that last for one test module."""
-    with pytest.MonkeyPatch.context() as patch:
-        yield patch
-
-
-@pytest.fixture(scope="module")
 def moto_endpoint(module_env: pytest.MonkeyPatch, moto_server: str) -> Iterator[str]:
     """moto's server (tests/conftest.py), with test credentials in the environment."""
     module_env.setenv("AWS_ACCESS_KEY_ID", "testing")
