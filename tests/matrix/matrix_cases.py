@@ -30,3 +30,15 @@ def rules(data: dict[str, Any]) -> set[str]:
 
 def warnings(data: dict[str, Any]) -> set[str]:
     return {f.rule for f in findings(data) if f.severity == "warning"}
+
+
+def key_paths(data: Any, *, with_mappings: bool, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every key path in a parsed matrix: its leaves, and with `with_mappings` its nested mappings too."""
+    if not isinstance(data, dict):
+        return [prefix]
+    own = [prefix] if with_mappings and prefix else []
+    return own + [
+        path
+        for key, value in data.items()
+        for path in key_paths(value, with_mappings=with_mappings, prefix=(*prefix, key))
+    ]

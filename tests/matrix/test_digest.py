@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from matrix_cases import MATRICES
+from matrix_cases import MATRICES, key_paths
 
 from gpuforge.images.matrix import Matrix, check_file, digest
 
@@ -41,13 +40,7 @@ def test_digest_shorthand_and_long_form_plugin_are_the_same_pin() -> None:
     assert digest(Matrix.model_validate(data)) == digest(Matrix.model_validate(long_form))
 
 
-def _leaves(data: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    if isinstance(data, dict):
-        return [leaf for key, value in data.items() for leaf in _leaves(value, (*prefix, key))]
-    return [prefix]
-
-
-LEAVES = _leaves(yaml.safe_load(SHIPPED.read_text(encoding="utf-8")))
+LEAVES = key_paths(yaml.safe_load(SHIPPED.read_text(encoding="utf-8")), with_mappings=False)
 
 
 @pytest.mark.parametrize("path", LEAVES, ids=".".join)

@@ -11,21 +11,14 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from matrix_cases import load
+from matrix_cases import key_paths, load
 
 from gpuforge.cli import main
 
 BASE = load("p5-h100-cuda12.yaml")
 
 
-def _paths(data: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    if isinstance(data, dict):
-        out = [prefix] if prefix else []
-        return out + [leaf for key, value in data.items() for leaf in _paths(value, (*prefix, key))]
-    return [prefix]
-
-
-PATHS = _paths(BASE)
+PATHS = key_paths(BASE, with_mappings=True)
 
 # Values that can never be a valid pin, id, enum member or list of targets.
 BAD_VALUES = st.one_of(
