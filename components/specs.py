@@ -381,3 +381,126 @@ class GpuClusterSpec(_Spec):
     def from_config(cls, data: Mapping[str, Any]) -> GpuClusterSpec:
         """The spec from plain config data (e.g. a stack's Pulumi config object)."""
         return cls.model_validate(dict(data))
+
+
+SchedulerType = Literal["slurm", "none"]
+# Slurm reads a partition name up to the first space, comma or '=', and `DEFAULT` sets the
+# defaults of every partition. gpuforge keeps to letters, digits, '_' and '-' (which every
+# Slurm command and sinfo column shows as written), starting with a letter.
+# Source: https://slurm.schedmd.com/slurm.conf.html#SECTION_PARTITION-CONFIGURATION
+_PARTITION_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+# MaxTime forms slurm.conf accepts: UNLIMITED, minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+# Source: https://slurm.schedmd.com/slurm.conf.html#OPT_MaxTime
+_MAX_TIME = re.compile(r"^(?:UNLIMITED|INFINITE|\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d{1,2}(?::\d{2}){0,2})$")
+# An EC2 instance type name: family (letters, digits, '-') and size, e.g. m7i.2xlarge.
+_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
+_SLURM_DOC = "https://slurm.schedmd.com/slurm.conf.html#SECTION_PARTITION-CONFIGURATION"
+
+
+class PartitionSpec(_Spec):
+    """One Slurm partition; every GPU node of the cluster is in every partition.
+
+    `max_time` is slurm.conf's MaxTime (e.g. `2-00:00:00`, `UNLIMITED`); `default`
+    marks the partition a job lands in when it names none.
+    """
+
+    name: str
+    max_time: str | None = None
+    default: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if value.upper() == "DEFAULT" or not _PARTITION_NAME.match(value):
+            raise invalid(
+                "partitions.name",
+                value,
+                "a Slurm partition name is 1-64 letters, digits, '_' and '-', starting with a letter, "
+                "and not DEFAULT (slurm.conf reads PartitionName=DEFAULT as every partition's defaults)",
+                "rename the partition, e.g. gpu or batch",
+                source=_SLURM_DOC,
+            )
+        return value
+
+    @field_validator("max_time")
+    @classmethod
+    def _max_time(cls, value: str | None) -> str | None:
+        if value is not None and not _MAX_TIME.match(value):
+            raise invalid(
+                "partitions.maxTime",
+                value,
+                "MaxTime is UNLIMITED, minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS",
+                "write it as e.g. 2-00:00:00 (two days) or 720 (minutes)",
+                source="https://slurm.schedmd.com/slurm.conf.html#OPT_MaxTime",
+            )
+        return value
+
+
+class SchedulerSpec(_Spec):
+    """The `gpuforge:scheduler` block: which scheduler runs the cluster, and its partitions.
+
+    `type: none` leaves the nodes without a scheduler. With `slurm`, a controller of
+    `controller_instance_type` (a CPU type: the controller runs no jobs) serves the config
+    to every node; with no partitions given, one `gpu` partition holds every node and is
+    the default.
+    """
+
+    type: SchedulerType
+    controller_instance_type: str | None = None
+    partitions: tuple[PartitionSpec, ...] = ()
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        if self.type == "none":
+            if self.controller_instance_type is not None or self.partitions:
+                raise invalid(
+                    "scheduler",
+                    {"type": "none", "controllerInstanceType": self.controller_instance_type},
+                    "a cluster with no scheduler has no controller and no partitions",
+                    "remove controllerInstanceType and partitions, or set type: slurm",
+                )
+            return self
+        if self.controller_instance_type is None:
+            raise invalid(
+                "scheduler.controllerInstanceType",
+                None,
+                "a Slurm cluster needs a controller instance type",
+                "set controllerInstanceType, e.g. m7i.2xlarge",
+            )
+        if not _INSTANCE_TYPE.match(self.controller_instance_type):
+            raise invalid(
+                "scheduler.controllerInstanceType",
+                self.controller_instance_type,
+                "not an EC2 instance type name (family.size)",
+                "give a CPU instance type such as m7i.2xlarge",
+            )
+        names = [partition.name for partition in self.partitions]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise invalid(
+                "scheduler.partitions",
+                names,
+                f"partition names must be unique; {', '.join(repeated)} appears more than once",
+                "give each partition its own name",
+                source=_SLURM_DOC,
+            )
+        defaults = [partition.name for partition in self.partitions if partition.default]
+        if len(defaults) > 1:
+            raise invalid(
+                "scheduler.partitions",
+                defaults,
+                "at most one partition can be the default",
+                "set default: true on one partition only",
+                source=_SLURM_DOC,
+            )
+        return self
+
+    @property
+    def effective_partitions(self) -> tuple[PartitionSpec, ...]:
+        """The partitions to render: as given (the first is the default if none is marked), or one `gpu`."""
+        if not self.partitions:
+            return (PartitionSpec(name="gpu", default=True),)
+        if any(partition.default for partition in self.partitions):
+            return self.partitions
+        first, *rest = self.partitions
+        return (first.model_copy(update={"default": True}), *rest)
