@@ -39,6 +39,17 @@ class NetworkCard:
 
 
 @dataclass(frozen=True)
+class NumaNode:
+    """One NUMA node of an instance type: the GPUs (by index) attached to it.
+
+    Its cores are the node's share of the sockets it sits on (`InstanceType.numa_cores`).
+    """
+
+    index: int
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class InstanceType:
     """One instance type, as AWS describes it plus the platform facts it omits."""
 
@@ -49,6 +60,10 @@ class InstanceType:
     gpu_count: int
     gpu_memory_mib: int
     vcpus: int
+    cores: int
+    threads_per_core: int
+    sockets: int
+    numa_nodes: tuple[NumaNode, ...]
     memory_mib: int
     efa_supported: bool
     max_efa_interfaces: int
@@ -63,6 +78,7 @@ class InstanceType:
     needs_nvlsm: bool
     source: str
     platform_source: str
+    layout_source: str
 
     @property
     def family(self) -> str:
@@ -82,6 +98,23 @@ class InstanceType:
         """
         cards = [card for card in self.network_cards if card.supports_efa]
         return tuple(cards[: self.max_efa_interfaces])
+
+    @property
+    def cores_per_socket(self) -> int:
+        return self.cores // self.sockets
+
+    def numa_cores(self, numa: NumaNode) -> range:
+        """The cores of one NUMA node, in Slurm's abstract core numbering (socket-major, 0-based).
+
+        NUMA nodes split the cores evenly, in the order of their index: the layout of
+        every type in the catalog, where each socket is one or more equal NUMA nodes.
+        """
+        per_node = self.cores // len(self.numa_nodes)
+        return range(numa.index * per_node, (numa.index + 1) * per_node)
+
+    def gpu_numa_node(self, gpu: int) -> NumaNode:
+        """The NUMA node GPU `gpu` is attached to."""
+        return next(node for node in self.numa_nodes if gpu in node.gpus)
 
     @property
     def instance_store_gb(self) -> int:
@@ -113,6 +146,13 @@ def _row(name: str, raw: Mapping[str, Any], default_source: str) -> InstanceType
         gpu_count=int(aws["gpu_count"]),
         gpu_memory_mib=int(aws["gpu_memory_mib"]),
         vcpus=int(aws["vcpus"]),
+        cores=int(aws["cores"]),
+        threads_per_core=int(aws["threads_per_core"]),
+        sockets=int(platform["sockets"]),
+        numa_nodes=tuple(
+            NumaNode(index=index, gpus=tuple(int(gpu) for gpu in node["gpus"]))
+            for index, node in enumerate(platform["numa_nodes"])
+        ),
         memory_mib=int(aws["memory_mib"]),
         efa_supported=bool(aws["efa_supported"]),
         max_efa_interfaces=int(aws["max_efa_interfaces"]),
@@ -127,6 +167,7 @@ def _row(name: str, raw: Mapping[str, Any], default_source: str) -> InstanceType
         needs_nvlsm=bool(platform["needs_nvlsm"]),
         source=raw.get("source", default_source),
         platform_source=platform["source"],
+        layout_source=platform["layout_source"],
     )
 
 
@@ -145,6 +186,8 @@ def aws_fields(described: Mapping[str, Any]) -> dict[str, Any]:
         "gpu_count": gpus.get("Count", 0),
         "gpu_memory_mib": gpus.get("MemoryInfo", {}).get("SizeInMiB", 0),
         "vcpus": described["VCpuInfo"]["DefaultVCpus"],
+        "cores": described["VCpuInfo"]["DefaultCores"],
+        "threads_per_core": described["VCpuInfo"]["DefaultThreadsPerCore"],
         "memory_mib": described["MemoryInfo"]["SizeInMiB"],
         "efa_supported": network.get("EfaSupported", False),
         "max_efa_interfaces": network.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0),
