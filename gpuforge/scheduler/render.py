@@ -1,0 +1,239 @@
+"""Slurm's files for one gpuforge cluster, rendered in one place.
+
+`render_files` writes slurm.conf, gres.conf, cgroup.conf and, when the cluster has a
+network topology, topology.conf. The controller serves them (configless mode), so a
+change is one file on one host. `node_registration` is the node's own line: what a
+GPU node passes to `slurmd -Z --conf` when it joins as a dynamic node. Both come from
+the hardware catalog row of the cluster's instance type, so the CPUs, memory, GPUs and
+their NUMA cores Slurm is told are the ones the catalog holds, never typed by hand.
+
+Every setting that depends on the Slurm version is gated on the pinned version through
+`gpuforge.scheduler.versions.require`, which stops with the setting, the version that
+introduced it and its source.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from packaging.version import Version
+
+from gpuforge import hardware
+from gpuforge.components.specs import CapacityType, PartitionSpec, SchedulerSpec
+from gpuforge.scheduler import versions
+from gpuforge.scheduler.topology import NetworkTopology
+
+# Share of the instance's memory Slurm may hand to jobs; the rest is the OS's (kernel,
+# page cache for the Lustre client, the NVIDIA and EFA drivers' pinned memory). AWS
+# ParallelCluster uses the same ratio (realmemory_to_ec2memory_ratio = 0.95, in
+# cookbooks/aws-parallelcluster-slurm/attributes/slurm_attributes.rb of
+# aws/aws-parallelcluster-cookbook); a node whose real memory is below RealMemory is
+# refused by Slurm, so the ratio must leave room below the nominal EC2 size.
+REAL_MEMORY_RATIO = 0.95
+# The name of the one topology a gpuforge cluster has (topology.yaml's default name; a
+# dynamic node joins it with --conf "Topology=default:<leaf switch>").
+TOPOLOGY_NAME = "default"
+# Nodes are put into partitions through this nodeset, which selects them by feature: a
+# dynamic node's name is not known before it boots. Source:
+# https://slurm.schedmd.com/dynamic_nodes.html (partitions and nodesets with Feature=).
+NODESET = "gpunodes"
+
+ConfigFile = Literal["slurm.conf", "gres.conf", "cgroup.conf", "topology.conf"]
+
+
+@dataclass(frozen=True)
+class SlurmSite:
+    """Where the daemons of a cluster live: hosts, ports and paths, not policy.
+
+    The defaults are the image's layout (images/scripts/45-slurm.sh). Tests that run
+    real daemons on one machine give their own paths and ports; everything else in the
+    rendered files is the same for them as for a real cluster.
+    """
+
+    controller_host: str
+    controller_addr: str
+    slurmctld_port: int = 6817
+    slurmd_port: int = 6818
+    srun_port_range: tuple[int, int] = (60001, 63000)
+    slurm_user: str = "slurm"
+    state_dir: str = "/var/spool/slurmctld"
+    spool_dir: str = "/var/spool/slurmd"
+    log_dir: str = "/var/log/slurm"
+    run_dir: str = "/run"
+    gpu_device_prefix: str = "/dev/nvidia"
+    health_check_program: str = "/usr/local/sbin/gpuforge-slurm-healthcheck"
+    health_check_interval_s: int = 300
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """One cluster as Slurm sees it: what the stack config and the catalog say about it."""
+
+    name: str
+    instance_type: hardware.InstanceType
+    capacity_type: CapacityType
+    max_nodes: int
+    scheduler: SchedulerSpec
+    slurm_version: str  # the matrix's exact pin, e.g. "26.05.5"
+    site: SlurmSite
+    topology: NetworkTopology | None = None
+
+    @property
+    def version(self) -> Version:
+        return versions.parse_version(self.slurm_version, where="slurm.version")
+
+    @property
+    def gpu_type(self) -> str:
+        """The GRES type name of the cluster's GPUs: the catalog's model in lower case (h100, b200)."""
+        return self.instance_type.gpu_model.lower()
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The features every node registers with: instance type, capacity type, GPU model."""
+        return (self.instance_type.name, self.capacity_type, self.gpu_type)
+
+    @property
+    def real_memory_mib(self) -> int:
+        return math.floor(self.instance_type.memory_mib * REAL_MEMORY_RATIO)
+
+    @property
+    def uses_features(self) -> tuple[str, ...]:
+        """The version-dependent features the rendered files need (see gpuforge/data/slurm.yaml)."""
+        extra = versions.TOPOLOGY_FEATURES if self.topology is not None else ()
+        return versions.RENDERED_FEATURES + extra
+
+
+def _lines(pairs: list[tuple[str, object]]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in pairs)
+
+
+def _header(cluster: SlurmCluster, what: str) -> str:
+    return (
+        f"# {what} for cluster {cluster.name}, rendered by gpuforge for Slurm {cluster.slurm_version}.\n"
+        "# Do not edit by hand: change the stack config and render again "
+        "(gpuforge scheduler render).\n"
+    )
+
+
+def _partition_line(partition: PartitionSpec) -> str:
+    fields = [
+        f"PartitionName={partition.name}",
+        f"Nodes={NODESET}",
+        f"Default={'YES' if partition.default else 'NO'}",
+        f"MaxTime={partition.max_time or 'INFINITE'}",
+        "State=UP",
+    ]
+    return " ".join(fields) + "\n"
+
+
+def _slurm_conf(cluster: SlurmCluster) -> str:
+    site = cluster.site
+    low, high = site.srun_port_range
+    settings: list[tuple[str, object]] = [
+        ("ClusterName", cluster.name),
+        ("SlurmctldHost", f"{site.controller_host}({site.controller_addr})"),
+        ("SlurmUser", site.slurm_user),
+        ("SlurmctldPort", site.slurmctld_port),
+        ("SlurmdPort", site.slurmd_port),
+        ("SrunPortRange", f"{low}-{high}"),
+        # auth/slurm: one shared key (/etc/slurm/slurm.key), no munge daemon to run.
+        ("AuthType", "auth/slurm"),
+        ("CredType", "cred/slurm"),
+        # Configless: slurmd and the client commands fetch these files from slurmctld.
+        ("SlurmctldParameters", "enable_configless"),
+        ("StateSaveLocation", site.state_dir),
+        ("SlurmdSpoolDir", f"{site.spool_dir}/%n"),
+        ("SlurmctldPidFile", f"{site.run_dir}/slurmctld.pid"),
+        ("SlurmdPidFile", f"{site.run_dir}/slurmd-%n.pid"),
+        ("SlurmctldLogFile", f"{site.log_dir}/slurmctld.log"),
+        ("SlurmdLogFile", f"{site.log_dir}/slurmd-%n.log"),
+        # GPUs as generic resources, cores and memory as consumable resources.
+        ("SelectType", "select/cons_tres"),
+        ("SelectTypeParameters", "CR_Core_Memory"),
+        ("GresTypes", "gpu"),
+        ("ProctrackType", "proctrack/cgroup"),
+        ("TaskPlugin", "task/cgroup,task/affinity"),
+        # Nodes join by themselves (slurmd -Z); this bounds how many may.
+        ("MaxNodeCount", cluster.max_nodes),
+        # A node that was DOWN for not responding returns when it registers again; a node
+        # drained by the health check stays drained until it is replaced or resumed.
+        ("ReturnToService", 2),
+        ("HealthCheckProgram", site.health_check_program),
+        ("HealthCheckInterval", site.health_check_interval_s),
+        ("HealthCheckNodeState", "ANY"),
+    ]
+    if cluster.topology is not None:
+        settings.append(("TopologyPlugin", "topology/tree"))
+    body = _lines(settings)
+    body += f"NodeSet={NODESET} Feature={cluster.instance_type.name}\n"
+    body += "".join(_partition_line(partition) for partition in cluster.scheduler.effective_partitions)
+    return _header(cluster, "slurm.conf") + body
+
+
+def _gres_conf(cluster: SlurmCluster) -> str:
+    """One explicit line per GPU, bound to its NUMA node's cores.
+
+    gres.conf(5): AutoDetect cannot be used with cloud (dynamic) nodes, so every device
+    file is named; Cores= makes task/affinity and --gres-flags place a job's CPUs next to
+    its GPUs. Source: https://slurm.schedmd.com/gres.conf.html
+    """
+    instance = cluster.instance_type
+    lines = ["AutoDetect=off\n"]
+    for gpu in range(instance.gpu_count):
+        cores = instance.numa_cores(instance.gpu_numa_node(gpu))
+        lines.append(
+            f"Name=gpu Type={cluster.gpu_type} File={cluster.site.gpu_device_prefix}{gpu} "
+            f"Cores={cores.start}-{cores.stop - 1}\n"
+        )
+    return _header(cluster, "gres.conf") + "".join(lines)
+
+
+def _cgroup_conf(cluster: SlurmCluster) -> str:
+    settings: list[tuple[str, object]] = [
+        ("CgroupPlugin", "autodetect"),
+        ("ConstrainCores", "yes"),
+        # A job sees only the GPU device files it was given.
+        ("ConstrainDevices", "yes"),
+        ("ConstrainRAMSpace", "yes"),
+    ]
+    return _header(cluster, "cgroup.conf") + _lines(settings)
+
+
+def render_files(cluster: SlurmCluster) -> dict[ConfigFile, str]:
+    """Every file Slurm reads for `cluster`, by name; InputError if the version lacks a setting."""
+    versions.require(cluster.uses_features, cluster.version, what=f"the config of cluster {cluster.name}")
+    files: dict[ConfigFile, str] = {
+        "slurm.conf": _slurm_conf(cluster),
+        "gres.conf": _gres_conf(cluster),
+        "cgroup.conf": _cgroup_conf(cluster),
+    }
+    if cluster.topology is not None:
+        files["topology.conf"] = _header(cluster, "topology.conf") + cluster.topology.topology_conf()
+    return files
+
+
+def node_registration(cluster: SlurmCluster) -> str:
+    """What a GPU node of `cluster` passes to `slurmd -Z --conf`: its hardware, GRES and features.
+
+    A node that joins a topology appends `Topology=default:<its leaf switch>` at boot
+    (`topology_argument`), because only the node knows which switch it sits under.
+    """
+    instance = cluster.instance_type
+    fields = [
+        f"CPUs={instance.vcpus}",
+        "Boards=1",
+        f"SocketsPerBoard={instance.sockets}",
+        f"CoresPerSocket={instance.cores_per_socket}",
+        f"ThreadsPerCore={instance.threads_per_core}",
+        f"RealMemory={cluster.real_memory_mib}",
+        f"Gres=gpu:{cluster.gpu_type}:{instance.gpu_count}",
+        f"Feature={','.join(cluster.features)}",
+    ]
+    return " ".join(fields)
+
+
+def topology_argument(leaf_switch: str) -> str:
+    """The `--conf` field a dynamic node adds to join the tree under `leaf_switch` (Slurm 25.05+)."""
+    return f"Topology={TOPOLOGY_NAME}:{leaf_switch}"
