@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from packaging.version import Version
 
 from gpuforge import hardware
-from gpuforge.components.specs import CapacityType, PartitionSpec, SchedulerSpec
 from gpuforge.scheduler import versions
 from gpuforge.scheduler.topology import NetworkTopology
+
+if TYPE_CHECKING:
+    # Types only: importing gpuforge.components loads Pulumi, which the controller and the
+    # nodes, where these files are also rendered, do not have.
+    from gpuforge.components.specs import CapacityType, PartitionSpec, SchedulerSpec
 
 # Share of the instance's memory Slurm may hand to jobs; the rest is the OS's (kernel,
 # page cache for the Lustre client, the NVIDIA and EFA drivers' pinned memory). AWS
