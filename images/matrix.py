@@ -54,6 +54,18 @@ class AwsOfiNcclSpec(_Strict):
     sha256: str | None = None
 
 
+class SourceTarball(_Strict):
+    """A source tarball the image builds from: its exact version, its sha256, and where it is downloaded.
+
+    Slurm and PMIx have no package in the CUDA or Ubuntu repositories at the versions gpuforge pins,
+    so the image builds them from source; the sha256 is what makes that download a pin.
+    """
+
+    version: str
+    sha256: str
+    url: str
+
+
 def _ofi_shorthand(value: Any) -> Any:
     """`aws_ofi_nccl: "1.17.1"` is shorthand for the EFA installer's bundled plugin."""
     if isinstance(value, str):
@@ -77,6 +89,10 @@ class Matrix(_Strict):
     container_toolkit: str
     dcgm: str
     dcgm_exporter: str
+    # Optional: a matrix without Slurm builds an image without a scheduler. PMIx is pinned beside
+    # Slurm because Slurm's mpi/pmix plugin is built against it (the rule slurm.pmix-required).
+    slurm: SourceTarball | None = None
+    pmix: SourceTarball | None = None
     targets: list[str] = Field(min_length=1)
 
     def normalized(self) -> dict[str, Any]:

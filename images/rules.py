@@ -18,6 +18,14 @@ from gpuforge import hardware
 from gpuforge.compat import Compat, compat, driver_branch, libfabric_key, release_version
 from gpuforge.errors import Finding, Severity
 from gpuforge.images.matrix import SCHEMA_SOURCE, Matrix
+from gpuforge.scheduler.versions import (
+    RENDERED_FEATURES,
+    SLURM_VERSION,
+    TOPOLOGY_FEATURES,
+    facts,
+    missing_features,
+    series_of,
+)
 
 ERROR = Severity.ERROR
 WARNING = Severity.WARNING
@@ -66,6 +74,8 @@ def _pins(matrix: Matrix) -> Iterator[tuple[str, str | None]]:
         ("container_toolkit", matrix.container_toolkit),
         ("dcgm", matrix.dcgm),
         ("dcgm_exporter", matrix.dcgm_exporter),
+        ("slurm.version", matrix.slurm.version if matrix.slurm else None),
+        ("pmix.version", matrix.pmix.version if matrix.pmix else None),
     )
 
 
@@ -104,8 +114,16 @@ def rule_base_ami(matrix: Matrix, data: Compat) -> Iterator[Finding]:
             )
 
 
+def _tarballs(matrix: Matrix) -> Iterator[tuple[str, str, str]]:
+    """(key, sha256, url) of every source tarball the matrix pins (Slurm and PMIx)."""
+    for key, spec in (("slurm", matrix.slurm), ("pmix", matrix.pmix)):
+        if spec is not None:
+            yield key, spec.sha256, spec.url
+
+
 def rule_sha256(matrix: Matrix, data: Compat) -> Iterator[Finding]:
     pairs = [("efa.sha256", matrix.efa.sha256), ("aws_ofi_nccl.sha256", matrix.aws_ofi_nccl.sha256)]
+    pairs += [(f"{key}.sha256", sha256) for key, sha256, _ in _tarballs(matrix)]
     for field, value in pairs:
         if value is not None and not _SHA256.match(value):
             yield Finding(
@@ -114,6 +132,21 @@ def rule_sha256(matrix: Matrix, data: Compat) -> Iterator[Finding]:
                 field,
                 f"{value!r} is not a sha256 (64 lowercase hex digits). "
                 "Fix: record `sha256sum` of the exact tarball the build downloads.",
+                SCHEMA_SOURCE,
+            )
+
+
+def rule_url(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    """A pinned download comes over https: plain http would let anyone on the path swap the tarball
+    before the sha256 check, and a failed check stops the build instead of protecting it."""
+    for key, _, url in _tarballs(matrix):
+        if not re.match(r"^https://[^/\s]+/\S+$", url):
+            yield Finding(
+                "pin.url",
+                ERROR,
+                f"{key}.url",
+                f"{url!r} is not an https URL of a file. Fix: give the https address of the exact tarball "
+                f"whose sha256 is {key}.sha256.",
                 SCHEMA_SOURCE,
             )
 
@@ -613,6 +646,130 @@ def rule_dcgm_exporter(matrix: Matrix, data: Compat) -> Iterator[Finding]:
         )
 
 
+def _slurm_version(matrix: Matrix) -> Version | None:
+    """The pinned Slurm release when it has Slurm's own form (YY.MM.MICRO), else None."""
+    if matrix.slurm is None or _version(matrix.slurm.version) is None:
+        return None
+    if not SLURM_VERSION.match(matrix.slurm.version):
+        return None
+    return Version(matrix.slurm.version)
+
+
+def rule_slurm_pmix_pair(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    """Slurm and PMIx come as a pair: Slurm's mpi/pmix plugin is compiled against the PMIx the image
+    installs, and the image builds PMIx only for Slurm, so one without the other is a pin that lies."""
+    if matrix.slurm is not None and matrix.pmix is None:
+        yield Finding(
+            "slurm.pmix-required",
+            ERROR,
+            "pmix",
+            f"the matrix pins Slurm {matrix.slurm.version} and no PMIx; the image builds Slurm --with-pmix "
+            "against the pinned PMIx. Fix: add pmix: {version, sha256, url} (e.g. PMIx 5.0.3).",
+            facts().pmix.source,
+        )
+    if matrix.pmix is not None and matrix.slurm is None:
+        yield Finding(
+            "slurm.pmix-required",
+            ERROR,
+            "pmix",
+            f"the matrix pins PMIx {matrix.pmix.version} and no Slurm; the image installs PMIx only as "
+            "Slurm's PMIx, so this pin would name something the image does not contain. "
+            "Fix: add slurm: {version, sha256, url}, or remove pmix.",
+            SCHEMA_SOURCE,
+        )
+
+
+def rule_slurm_series(matrix: Matrix, data: Compat, today: date | None = None) -> Iterator[Finding]:
+    """The Slurm series is one SchedMD still supports, today (`today` lets tests fix the date)."""
+    if matrix.slurm is None or _version(matrix.slurm.version) is None:
+        return  # no Slurm, or pin.exact reports the version
+    table = facts().series
+    version = _slurm_version(matrix)
+    if version is None:
+        yield Finding(
+            "slurm.series-supported",
+            ERROR,
+            "slurm.version",
+            f"{matrix.slurm.version!r} is not a Slurm release number (YY.MM.MICRO, e.g. '26.05.5'), so its "
+            "release series is unknown. Fix: pin the release number exactly as SchedMD publishes it.",
+            table.source,
+        )
+        return
+    series = series_of(version)
+    info = table.entries.get(series)
+    if info is None:
+        yield Finding(
+            "slurm.series-supported",
+            ERROR,
+            "slurm.version",
+            f"Slurm {matrix.slurm.version} is of series {series}, which is not one SchedMD supports "
+            f"(gpuforge knows {', '.join(table.entries)}). Fix: pin a release of a supported series, e.g. "
+            f"the newest, {max(table.entries)}.",
+            table.source,
+        )
+        return
+    today = today or date.today()
+    days_left = (info.end_of_support - today).days
+    if days_left <= 0:
+        newer = [name for name, entry in table.entries.items() if entry.end_of_support > today]
+        yield Finding(
+            "slurm.series-supported",
+            ERROR,
+            "slurm.version",
+            f"Slurm {matrix.slurm.version}: series {series} reached end of support on {info.end_of_support}; "
+            "SchedMD no longer fixes bugs or security issues in it. Fix: pin a release of a newer series "
+            f"({', '.join(newer) or 'none is recorded; add it to gpuforge/data/slurm.yaml with its source'}).",
+            table.source,
+        )
+    elif days_left <= table.warn_days_before_eol:
+        yield Finding(
+            "slurm.series-supported",
+            WARNING,
+            "slurm.version",
+            f"Slurm {matrix.slurm.version}: series {series} reaches end of support on {info.end_of_support} "
+            f"({days_left} days). Fix: plan the move to a newer series.",
+            table.source,
+        )
+
+
+def rule_slurm_pmix(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    """Slurm's configure finds the PMIx installation only for the majors its mpi/pmix plugin knows."""
+    version = _slurm_version(matrix)
+    if version is None or matrix.pmix is None:
+        return
+    pmix = _version(matrix.pmix.version)
+    table = facts().pmix
+    majors = table.supported_majors.get(series_of(version))
+    if pmix is None or majors is None:
+        return  # pin.exact, or slurm.series-supported, reports it
+    if pmix.major not in majors:
+        yield Finding(
+            "slurm.pmix-compatible",
+            ERROR,
+            "pmix.version",
+            f"PMIx {matrix.pmix.version} (major {pmix.major}) is not a PMIx that Slurm {series_of(version)}'s "
+            f"mpi/pmix plugin builds against (majors {', '.join(map(str, majors))}). Fix: pin a PMIx "
+            f"{max(majors)}.x release.",
+            table.source,
+        )
+
+
+def rule_slurm_features(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    """The pinned Slurm knows every setting gpuforge's rendered configuration uses."""
+    version = _slurm_version(matrix)
+    if version is None or matrix.slurm is None:
+        return
+    for name, fact in missing_features(RENDERED_FEATURES + TOPOLOGY_FEATURES, version):
+        yield Finding(
+            "slurm.features",
+            ERROR,
+            "slurm.version",
+            f"Slurm {matrix.slurm.version} predates {name} ({fact.setting}), new in {fact.min_version}; "
+            f"the configuration gpuforge renders uses it. Fix: pin Slurm {fact.min_version} or newer.",
+            fact.source,
+        )
+
+
 RULES: tuple[Rule, ...] = (
     rule_exact_pins,
     rule_base_ami,
@@ -629,6 +786,11 @@ RULES: tuple[Rule, ...] = (
     rule_aws_ofi_nccl,
     rule_boot_mode,
     rule_dcgm_exporter,
+    rule_url,
+    rule_slurm_pmix_pair,
+    rule_slurm_series,
+    rule_slurm_pmix,
+    rule_slurm_features,
 )
 
 
