@@ -15,6 +15,11 @@ from gpuforge.errors import GpuforgeError
 from gpuforge.node.imds import Identity
 
 UNHEALTHY = "Unhealthy"
+# Bounded: under --slurm the whole run must end before slurmd kills it at 60 s
+# (gpuforge.node.slurm's budget): at most 2 attempts of 2 s connect + 4 s read.
+CONNECT_TIMEOUT_S = 2
+READ_TIMEOUT_S = 4
+MAX_ATTEMPTS = 2
 
 
 class AsgReportError(GpuforgeError):
@@ -27,13 +32,19 @@ def report_unhealthy(identity: Identity) -> None:
     """Mark this instance Unhealthy in its Auto Scaling group, now, ignoring the grace period."""
     try:
         import boto3
+        from botocore.config import Config
         from botocore.exceptions import BotoCoreError, ClientError
     except ImportError as error:
         raise AsgReportError(
             "--report-asg needs boto3, which is not installed on this node. "
             "Fix: install boto3 in the image (the image pipeline does), or drop --report-asg."
         ) from error
-    client = boto3.client("autoscaling", region_name=identity.region)
+    config = Config(
+        connect_timeout=CONNECT_TIMEOUT_S,
+        read_timeout=READ_TIMEOUT_S,
+        retries={"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+    )
+    client = boto3.client("autoscaling", region_name=identity.region, config=config)
     try:
         client.set_instance_health(
             InstanceId=identity.instance_id, HealthStatus=UNHEALTHY, ShouldRespectGracePeriod=False

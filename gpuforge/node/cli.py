@@ -1,22 +1,30 @@
 """`gpuforge node check`: run the node's health gate, print and store the report, act on it.
 
+Two modes. The boot gate (default) runs every check; a pass writes
+/run/gpuforge/node-check.passed, which slurmd's drop-in requires, so a node
+that fails at boot never joins Slurm. `--slurm` is Slurm's HealthCheckProgram:
+the periodic checks within slurmd's 60 s, then drain, and replace once idle
+(`gpuforge.node.slurm`).
+
 Exit codes: 0 healthy, 1 not healthy (or the node cannot identify itself, or
-the Unhealthy report failed), 2 bad usage or an unreadable manifest.
+Slurm or the Unhealthy report failed), 2 bad usage or an unreadable manifest.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from gpuforge import hardware
+from gpuforge.node import slurm
 from gpuforge.node.asg import report_unhealthy
-from gpuforge.node.checks import run_checks
-from gpuforge.node.context import HostPaths, NodeContext
-from gpuforge.node.imds import ImdsClient
+from gpuforge.node.checks import CHECKS, PERIODIC_CHECKS, run_checks
+from gpuforge.node.context import EFA_ATTEMPTS, HostPaths, NodeContext
+from gpuforge.node.imds import TIMEOUT_S, Identity, ImdsClient
 from gpuforge.node.manifest import DEFAULT_MANIFEST, load_manifest
-from gpuforge.node.report import dumps, write_report
+from gpuforge.node.report import NodeReport, dumps, write_report
 from gpuforge.node.runner import CachedRunner, SubprocessRunner
 
 EXIT_HEALTHY = 0
@@ -46,7 +54,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     check.add_argument(
         "--report-asg",
         action="store_true",
-        help="when not healthy, mark this instance Unhealthy in its Auto Scaling group",
+        help="when not healthy, mark this instance Unhealthy in its Auto Scaling group "
+        "(with --slurm: once Slurm shows it drained by gpuforge and idle)",
+    )
+    check.add_argument(
+        "--slurm",
+        action="store_true",
+        help="Slurm's HealthCheckProgram: the periodic checks; when not healthy, drain the node "
+        "with a 'gpuforge: ...' reason",
+    )
+    check.add_argument(
+        "--node-name",
+        metavar="NAME",
+        help="the node's Slurm name for --slurm (default: $SLURMD_NODENAME, else the short hostname)",
     )
     check.add_argument(
         "--require-fsx", action="store_true", help="fail unless /fsx is mounted (FSx for Lustre)"
@@ -61,19 +81,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def handle_check(args: argparse.Namespace, paths: HostPaths | None = None) -> int:
-    """Run the gate; `paths` moves the /proc and /sys reads below another root (tests)."""
+    """Run the gate; `paths` moves the /proc, /sys and state-file paths below another root (tests)."""
+    started = time.monotonic()
+    host = paths or HostPaths()
     manifest = load_manifest(args.manifest)
-    imds = ImdsClient()
+    imds = ImdsClient(timeout_s=slurm.IMDS_TIMEOUT_S if args.slurm else TIMEOUT_S)
     type_name = args.expect or imds.identity().instance_type
     instance = hardware.get(type_name)
+    if args.slurm:
+        runner = SubprocessRunner(
+            timeout_s=slurm.CHECK_COMMAND_TIMEOUT_S, deadline=started + slurm.CHECKS_BUDGET_S
+        )
+    else:
+        runner = SubprocessRunner()
     ctx = NodeContext(
         instance=instance,
         manifest=manifest,
-        run=CachedRunner(SubprocessRunner()),
-        paths=paths or HostPaths(),
+        run=CachedRunner(runner),
+        paths=host,
         require_fsx=args.require_fsx,
+        # The EFA retry waits for devices that come up late in boot; a running node has them or not.
+        efa_attempts=1 if args.slurm else EFA_ATTEMPTS,
     )
-    report = run_checks(ctx)
+    report = run_checks(ctx, PERIODIC_CHECKS if args.slurm else CHECKS)
     sys.stdout.write(dumps(report) if args.json else report.to_text() + "\n")
     if args.report_dir is not None:
         try:
@@ -85,13 +115,47 @@ def handle_check(args: argparse.Namespace, paths: HostPaths | None = None) -> in
                 "Fix: make the directory writable by the check (the systemd unit runs it as root).",
                 file=sys.stderr,
             )
+    if args.slurm:
+        agent = slurm.SlurmAgent(
+            node=args.node_name or slurm.default_node_name(),
+            run=SubprocessRunner(
+                timeout_s=slurm.SLURM_COMMAND_TIMEOUT_S, deadline=started + slurm.SLURM_BUDGET_S
+            ),
+            state_file=host.slurm_drain_record,
+            report_asg=(lambda: _report_asg(imds).instance_id) if args.report_asg else None,
+        )
+        agent.act(report, ctx)
+        return EXIT_HEALTHY if report.healthy else EXIT_UNHEALTHY
+    _mark_boot(report, host.boot_pass_marker)
     if report.healthy:
         return EXIT_HEALTHY
     if args.report_asg:
-        identity = imds.identity()
-        report_unhealthy(identity)
+        identity = _report_asg(imds)
         print(
             f"gpuforge: marked {identity.instance_id} Unhealthy in its Auto Scaling group ({identity.region})",
             file=sys.stderr,
         )
     return EXIT_UNHEALTHY
+
+
+def _report_asg(imds: ImdsClient) -> Identity:
+    """Mark this instance Unhealthy in its Auto Scaling group; returns whom it marked."""
+    identity = imds.identity()
+    report_unhealthy(identity)
+    return identity
+
+
+def _mark_boot(report: NodeReport, marker: Path) -> None:
+    """Write the boot pass marker on a pass and remove it on a failure, so that slurmd starts only after a pass."""
+    try:
+        if report.healthy:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text("healthy\n", encoding="utf-8")
+        else:
+            marker.unlink(missing_ok=True)
+    except OSError as error:
+        print(
+            f"gpuforge: warning: could not {'write' if report.healthy else 'remove'} {marker}: {error}. "
+            "slurmd's gpuforge drop-in starts slurmd only when it exists; run the check as root.",
+            file=sys.stderr,
+        )

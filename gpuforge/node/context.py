@@ -23,7 +23,7 @@ EFA_RETRY_DELAY_S = 3.0
 
 @dataclass(frozen=True)
 class HostPaths:
-    """Kernel interfaces the checks read, all below `root` (`/` on a real node)."""
+    """Kernel interfaces the checks read and the agent's own state files, all below `root` (`/` on a node)."""
 
     root: Path = Path("/")
 
@@ -46,6 +46,19 @@ class HostPaths:
     @property
     def block(self) -> Path:
         return self.root / "sys/block"
+
+    @property
+    def boot_pass_marker(self) -> Path:
+        """Written when the boot gate passes; slurmd's drop-in (slurmd-gpuforge.conf) starts only if it exists.
+
+        /run is emptied at every boot, so the marker speaks for this boot only.
+        """
+        return self.root / "run/gpuforge/node-check.passed"
+
+    @property
+    def slurm_drain_record(self) -> Path:
+        """--slurm's memory of its own drain; under /var/lib so that it survives a reboot of the node."""
+        return self.root / "var/lib/gpuforge/slurm-drain.json"
 
     def read(self, path: Path) -> str | None:
         """A kernel file's text, or None when it is absent or unreadable."""

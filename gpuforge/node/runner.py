@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -58,14 +59,30 @@ class Runner(Protocol):
 
 @dataclass
 class SubprocessRunner:
-    """The real runner: subprocess with a timeout, C locale, no shell."""
+    """The real runner: subprocess with a timeout, C locale, no shell.
+
+    `deadline` (a `clock` reading) bounds all commands together: each one gets
+    the smaller of `timeout_s` and the time left, and once it has passed a
+    command is not started at all. Slurm kills its HealthCheckProgram after
+    60 s, so a periodic check must end on time even when several commands hang.
+    """
 
     timeout_s: float = DEFAULT_TIMEOUT_S
     path: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    deadline: float | None = None
+    clock: Callable[[], float] = time.monotonic
+
+    def _timeout(self) -> float:
+        if self.deadline is None:
+            return self.timeout_s
+        return min(self.timeout_s, self.deadline - self.clock())
 
     def __call__(self, argv: Sequence[str]) -> CommandResult:
         args = tuple(argv)
+        timeout = self._timeout()
+        if timeout <= 0:
+            return CommandResult(args, None, timed_out=True)
         search_path = self.path if self.path is not None else os.environ.get("PATH", os.defpath)
         executable = shutil.which(args[0], path=search_path)
         if executable is None:
@@ -78,7 +95,7 @@ class SubprocessRunner:
                 capture_output=True,
                 text=True,
                 errors="replace",
-                timeout=self.timeout_s,
+                timeout=timeout,
                 env=env,
                 check=False,
             )
