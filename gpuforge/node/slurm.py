@@ -56,13 +56,14 @@ REASON_PREFIX = "gpuforge:"
 REASON_MAX_CHARS = 80
 NODE_NAME_ENV = "SLURMD_NODENAME"
 # Time budget of one --slurm run, in seconds from its start; slurmd kills it at 60.
-# Check commands end by 25 s (each at most 15), Slurm's commands by 40 s (each at
-# most 8), IMDS takes at most 4 x 1 s and the Unhealthy report at most 2 x (2 + 4) s
-# (gpuforge.node.asg), so even a node where every call hangs is done by 56 s.
+# Check commands end by 25 s (each at most 15); Slurm's commands by 40 s (each at most
+# 12: scontrol takes 10 s to say that slurmctld is unreachable); IMDS takes at most
+# 4 x 1 s and the Unhealthy report at most 2 x (2 + 4) s (gpuforge.node.asg). So even
+# a node where every call hangs is done by 56 s.
 CHECKS_BUDGET_S = 25.0
 CHECK_COMMAND_TIMEOUT_S = 15.0
 SLURM_BUDGET_S = 40.0
-SLURM_COMMAND_TIMEOUT_S = 8.0
+SLURM_COMMAND_TIMEOUT_S = 12.0
 IMDS_TIMEOUT_S = 1.0
 # Characters kept in a reason: scontrol reads `Reason=<text>` as one argument, and
 # quotes, `=`, newlines or shell metacharacters would break it or the commands of
