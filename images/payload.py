@@ -43,6 +43,29 @@ OFI_RENAMED_LIBRARY = Version("1.15.0")
 # Releases up to v1.13.2-aws carry an "-aws" suffix on their tag and tarball; v1.14.0 dropped it.
 # Source: aws/aws-ofi-nccl RELEASENOTES.md, v1.14.0; https://github.com/aws/aws-ofi-nccl/releases.
 OFI_PLAIN_TAGS = Version("1.14.0")
+# cuda-toolkit-X-Y installs the toolkit under /usr/local/cuda-X.Y; Slurm's --with-nvml takes that
+# folder (its include/nvml.h and lib64/stubs/libnvidia-ml.so). Sources:
+# https://docs.nvidia.com/cuda/cuda-installation-guide-linux/ (post-installation: /usr/local/cuda-X.Y);
+# SchedMD/slurm auxdir/x_ac_nvml.m4 (--with-nvml=PATH, "path to CUDA installation", lib64/stubs).
+CUDA_HOME = "/usr/local/cuda-{major_minor}"
+# PMIx goes under its own prefix, as AWS ParallelCluster installs it (./configure --prefix=/opt/pmix,
+# aws/aws-parallelcluster-cookbook recipes/install/install_pmix.rb): PMIx also builds libpmi and
+# libpmi2, which would collide with Slurm's own in /usr (https://openpmix.github.io/support/how-to/slurm-support.html).
+PMIX_PREFIX = "/opt/pmix"
+
+
+def _slurm_values(matrix: Matrix) -> dict[str, str]:
+    """Slurm and PMIx pins for 45-slurm.sh and 90-verify.sh; empty strings when the matrix has no Slurm."""
+    slurm, pmix = matrix.slurm, matrix.pmix
+    return {
+        "GPUFORGE_SLURM": slurm.version if slurm else "",
+        "GPUFORGE_SLURM_SHA256": slurm.sha256 if slurm else "",
+        "GPUFORGE_SLURM_URL": slurm.url if slurm else "",
+        "GPUFORGE_PMIX": pmix.version if pmix else "",
+        "GPUFORGE_PMIX_SHA256": pmix.sha256 if pmix else "",
+        "GPUFORGE_PMIX_URL": pmix.url if pmix else "",
+        "GPUFORGE_PMIX_PREFIX": PMIX_PREFIX,
+    }
 
 
 def _ofi_values(matrix: Matrix) -> dict[str, str]:
@@ -84,6 +107,7 @@ def matrix_values(matrix: Matrix, digest: str) -> dict[str, str]:
         "GPUFORGE_NSCQ": nvidia.nscq or "",
         "GPUFORGE_NVLSM": nvidia.nvlsm or "",
         "GPUFORGE_CUDA": matrix.cuda,
+        "GPUFORGE_CUDA_HOME": CUDA_HOME.format(major_minor=".".join(matrix.cuda.split(".")[:2])),
         "GPUFORGE_CUDNN": matrix.cudnn,
         "GPUFORGE_NCCL": matrix.nccl,
         "GPUFORGE_EFA_INSTALLER": matrix.efa.installer,
@@ -96,6 +120,7 @@ def matrix_values(matrix: Matrix, digest: str) -> dict[str, str]:
         "GPUFORGE_DCGM_EXPORTER": matrix.dcgm_exporter,
     }
     values.update(_ofi_values(matrix))
+    values.update(_slurm_values(matrix))
     return values
 
 

@@ -70,6 +70,7 @@ STEPS: tuple[str, ...] = (
     "20-nvidia-driver.sh",
     "30-fabricmanager.sh",
     "40-cuda.sh",
+    "45-slurm.sh",
     "50-efa.sh",
     "60-lustre.sh",
     "70-container-toolkit.sh",

@@ -172,6 +172,59 @@ check_rest() {
     check_package dcgm_exporter "$(dcgm_exporter_version)" datacenter-gpu-manager-exporter || true
 }
 
+# Slurm and PMIx, when the matrix pins them: the daemons report the pinned release, PMIx's installed
+# header carries the pinned version, the plugins that --with-pmix and --with-nvml build are there,
+# the units are installed but not enabled (the instance's user data enables one), and the slurm
+# user and spool folders exist.
+check_slurm() {
+    [[ -n "$GPUFORGE_SLURM" ]] || return 0
+    local reported header major minor release pmix plugin unit state ok=1
+    reported="$(slurmd -V 2>/dev/null)" || true
+    # slurmd -V prints "slurm <version>" (src/common/proc_args.c, print_slurm_version: PACKAGE_NAME, SLURM_VERSION_STRING).
+    if [[ "$reported" == "slurm $GPUFORGE_SLURM" ]]; then
+        found[slurm]="$GPUFORGE_SLURM"
+    else
+        fail slurm "slurmd -V reports '${reported:-nothing}', the matrix pins slurm $GPUFORGE_SLURM"
+        ok=0
+    fi
+    # PMIx's pmix_version.h defines PMIX_VERSION_MAJOR/MINOR/RELEASE as e.g. "5L" (the header Slurm's
+    # configure reads, SchedMD/slurm auxdir/x_ac_pmix.m4).
+    header="$ROOT$GPUFORGE_PMIX_PREFIX/include/pmix_version.h"
+    major="$(sed -n 's/^#define PMIX_VERSION_MAJOR \([0-9]*\)L$/\1/p' "$header" 2>/dev/null)" || true
+    minor="$(sed -n 's/^#define PMIX_VERSION_MINOR \([0-9]*\)L$/\1/p' "$header" 2>/dev/null)" || true
+    release="$(sed -n 's/^#define PMIX_VERSION_RELEASE \([0-9]*\)L$/\1/p' "$header" 2>/dev/null)" || true
+    pmix="$major.$minor.$release"
+    if [[ -z "$major" ]]; then
+        fail pmix "no PMIx version in $GPUFORGE_PMIX_PREFIX/include/pmix_version.h (the matrix pins PMIx $GPUFORGE_PMIX)"
+    elif [[ "$pmix" != "$GPUFORGE_PMIX" ]]; then
+        fail pmix "the PMIx installed in $GPUFORGE_PMIX_PREFIX is $pmix, the matrix pins $GPUFORGE_PMIX"
+    elif [[ ! -e "$ROOT$GPUFORGE_PMIX_PREFIX/lib/libpmix.so" ]]; then
+        fail pmix "no libpmix.so in $GPUFORGE_PMIX_PREFIX/lib"
+    else
+        found[pmix]="$GPUFORGE_PMIX"
+    fi
+    # Slurm names its mpi/pmix plugin by PMIx major (mpi_pmix_v5.so), so this also checks it was
+    # built against the pinned PMIx's major.
+    for plugin in "mpi_pmix_v${GPUFORGE_PMIX%%.*}.so" gpu_nvml.so; do
+        [[ -e "$ROOT/usr/lib/slurm/$plugin" ]] || {
+            fail slurm "no Slurm plugin /usr/lib/slurm/$plugin (built by --with-pmix and --with-nvml)"
+            ok=0
+        }
+    done
+    for unit in slurmctld.service slurmd.service; do
+        state="$(systemctl is-enabled "$unit" 2>/dev/null || true)"
+        [[ "$state" == disabled ]] || {
+            fail slurm "$unit is '${state:-not installed}'; the image installs it disabled (user data enables it)"
+            ok=0
+        }
+    done
+    getent passwd slurm >/dev/null 2>&1 || fail slurm "there is no slurm user (SlurmUser of slurmctld)"
+    for dir in /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm; do
+        [[ -d "$ROOT$dir" ]] || fail slurm "folder $dir is missing"
+    done
+    if ((!ok)); then unset 'found[slurm]'; fi
+}
+
 check_holds() {
     local package
     [[ -r "$PINNED_LIST" ]] || {
@@ -195,6 +248,8 @@ write_manifest() {
     local -a keys=(kernel nvidia_driver nvidia_kernel_modules fabricmanager cuda cudnn nccl efa_installer
         libfabric aws_ofi_nccl lustre_client container_toolkit dcgm)
     [[ -n "${found[nvlsm]:-}" ]] && keys+=(nvlsm)
+    [[ -n "${found[slurm]:-}" ]] && keys+=(slurm)
+    [[ -n "${found[pmix]:-}" ]] && keys+=(pmix)
     {
         printf '{\n  "schema": 1,\n  "matrix": {\n'
         printf '    "name": %s,\n' "$(json_string "$GPUFORGE_MATRIX_NAME")"
@@ -223,6 +278,7 @@ check_cuda_stack
 check_efa
 check_ofi
 check_rest
+check_slurm
 check_holds
 
 if ((${#failures[@]})); then

@@ -7,12 +7,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from image_helpers import BASE_AMI, REGION, SHIPPED, load_matrix_data, write_matrix
+from image_helpers import BASE_AMI, MATRICES, REGION, SHIPPED, load_matrix_data, write_matrix
 
 from gpuforge.errors import InputError
 from gpuforge.images.matrix import MatrixInvalid, check_file, load_valid
 from gpuforge.images.packer import Packer
-from gpuforge.images.payload import MATRIX_ENV, SOURCE_DIR
+from gpuforge.images.payload import MATRIX_ENV, SOURCE_DIR, matrix_values
 from gpuforge.images.render import (
     AMAZON_PLUGIN_VERSION,
     BUILD_FILE,
@@ -217,3 +217,43 @@ def test_cli_render_prints_how_to_build_and_writes_the_files(tmp_path: Path, pac
     modern = tmp_path / "modern"
     assert main(["image", "render", str(SHIPPED[0]), "--out", str(modern), "--packer-version", "1.11.2"]) == 0
     assert "imds_support" in (modern / BUILD_FILE).read_text()
+
+
+def test_the_payload_carries_the_slurm_and_pmix_pins_and_the_cuda_folder_for_nvml(tmp_path: Path) -> None:
+    matrix, digest = load_valid(MATRICES / "p5-h100-cuda12.yaml")
+    assert matrix.slurm is not None and matrix.pmix is not None
+    env = (render(matrix, digest, LEGACY, tmp_path / "out").payload / MATRIX_ENV).read_text()
+    for line in (
+        f"GPUFORGE_SLURM={matrix.slurm.version}",
+        f"GPUFORGE_SLURM_SHA256={matrix.slurm.sha256}",
+        f"GPUFORGE_SLURM_URL={matrix.slurm.url}",
+        f"GPUFORGE_PMIX={matrix.pmix.version}",
+        f"GPUFORGE_PMIX_SHA256={matrix.pmix.sha256}",
+        f"GPUFORGE_PMIX_URL={matrix.pmix.url}",
+        "GPUFORGE_PMIX_PREFIX=/opt/pmix",
+        "GPUFORGE_CUDA_HOME=/usr/local/cuda-12.9",
+    ):
+        assert f"\n{line}\n" in env, line
+    assert matrix_values(matrix, digest)["GPUFORGE_CUDA_HOME"] == "/usr/local/cuda-12.9"
+    cuda13, digest13 = load_valid(MATRICES / "p5-h100-cuda13.yaml")
+    assert matrix_values(cuda13, digest13)["GPUFORGE_CUDA_HOME"] == "/usr/local/cuda-13.0"
+
+
+def test_a_matrix_without_slurm_renders_empty_slurm_values_the_step_skips_on(tmp_path: Path) -> None:
+    data = load_matrix_data()
+    del data["slurm"], data["pmix"]
+    matrix, digest = load_valid(write_matrix(tmp_path, data))
+    values = matrix_values(matrix, digest)
+    assert {key: values[key] for key in values if key.startswith(("GPUFORGE_SLURM", "GPUFORGE_PMIX"))} == {
+        "GPUFORGE_SLURM": "",
+        "GPUFORGE_SLURM_SHA256": "",
+        "GPUFORGE_SLURM_URL": "",
+        "GPUFORGE_PMIX": "",
+        "GPUFORGE_PMIX_SHA256": "",
+        "GPUFORGE_PMIX_URL": "",
+        "GPUFORGE_PMIX_PREFIX": "/opt/pmix",
+    }
+
+
+def test_the_slurm_step_runs_after_cuda_and_before_efa() -> None:
+    assert STEPS.index("40-cuda.sh") < STEPS.index("45-slurm.sh") < STEPS.index("50-efa.sh")

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from image_helpers import MATRICES, REPO
+from image_helpers import MATRICES, REPO, load_matrix_data, write_matrix
 
 from gpuforge.images.matrix import load_valid
 from gpuforge.images.render import STEPS, RenderOptions, render
@@ -259,3 +259,69 @@ def test_kernel_step_refuses_a_repository_key_with_another_fingerprint(
         in done.stderr
     )
     assert not [call for call in calls if "linux-image" in call]
+
+
+# --- the Slurm step -----------------------------------------------------------------------------
+
+# Stand-ins for what the Slurm step drives: it installs packages, builds and writes under /usr, /opt
+# and /etc, which a test must not do to the machine it runs on. curl writes a fixed body, so its
+# sha256 is known; every call is logged.
+SLURM_STEP_TOOLS = {
+    "apt-get": "exit 0",
+    "curl": 'while [[ $# -gt 1 ]]; do if [[ $1 == -o ]]; then out=$2; fi; shift; done; echo "tarball from $1" >"$out"',
+    "useradd": "exit 0",
+    "systemctl": "exit 0",
+    "ldconfig": "exit 0",
+}
+
+
+def _slurm_step(payload: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    for name, body in SLURM_STEP_TOOLS.items():
+        stub = bin_dir / name
+        stub.write_text(f'#!/usr/bin/env bash\necho "{name} $*" >>"{log}"\n{body}\n')
+        stub.chmod(0o755)
+    done = subprocess.run(
+        ["bash", str(payload / "scripts" / "45-slurm.sh")],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done, log.read_text().splitlines() if log.exists() else []
+
+
+def test_slurm_step_is_skipped_cleanly_when_the_matrix_has_no_slurm(tmp_path: Path) -> None:
+    data = load_matrix_data()
+    del data["slurm"], data["pmix"]
+    matrix, digest = load_valid(write_matrix(tmp_path, data))
+    payload = render(matrix, digest, RenderOptions(region="us-east-1", imds=False), tmp_path / "out").payload
+    done, calls = _slurm_step(payload, tmp_path)
+    assert (done.returncode, calls) == (0, [])
+    assert "the matrix pins no Slurm; skipping" in done.stderr
+
+
+def test_slurm_step_stops_on_a_checksum_mismatch_before_installing_anything(
+    payloads: dict[str, Path], tmp_path: Path
+) -> None:
+    done, calls = _slurm_step(payloads["p5-h100-cuda12"], tmp_path)
+    assert done.returncode == 1
+    matrix, _ = load_valid(MATRICES / "p5-h100-cuda12.yaml")
+    assert matrix.pmix is not None
+    assert (
+        f"{matrix.pmix.url}: sha256 is " in done.stderr
+        and f"the matrix pins {matrix.pmix.sha256}" in done.stderr
+    )
+    assert [call.split()[0] for call in calls] == ["curl"]  # no apt-get, no build, no user
+
+
+def test_slurm_step_checks_both_tarballs_before_it_builds_and_leaves_the_units_disabled() -> None:
+    text = (SCRIPTS / "45-slurm.sh").read_text()
+    checks = [text.index('"$GPUFORGE_PMIX_SHA256"'), text.index('"$GPUFORGE_SLURM_SHA256"')]
+    assert max(checks) < text.index("apt-get install") < text.index("./configure")
+    assert '--with-pmix="$GPUFORGE_PMIX_PREFIX"' in text and '--with-nvml="$GPUFORGE_CUDA_HOME"' in text
+    assert "--sysconfdir=/etc/slurm" in text
+    assert "etc/slurmctld.service etc/slurmd.service" in text
+    assert "systemctl enable" not in text

@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from image_helpers import SHIPPED
+from image_helpers import SHIPPED, load_matrix_data, write_matrix
 
 from gpuforge.images import hcl
 from gpuforge.images.matrix import load_valid
@@ -34,6 +34,8 @@ COMPONENTS = (
     "container-toolkit",
     "dcgm",
     "dcgm-exporter",
+    "slurm",
+    "pmix",
 )
 
 
@@ -49,11 +51,22 @@ def test_tags_carry_identity_and_every_pinned_component(matrix_path: Path) -> No
     assert tags["gpuforge:nvidia-driver"] == matrix.nvidia.driver
     assert tags["gpuforge:aws-ofi-nccl"] == matrix.aws_ofi_nccl.version
     assert tags["gpuforge:efa-installer"] == matrix.efa.installer
+    assert matrix.slurm is not None and matrix.pmix is not None
+    assert (tags["gpuforge:slurm"], tags["gpuforge:pmix"]) == (matrix.slurm.version, matrix.pmix.version)
     for optional in ("nvlsm", "fabricmanager", "nscq"):  # NVSwitch companions: tagged when pinned
         assert (f"gpuforge:{optional}" in tags) == (getattr(matrix.nvidia, optional) is not None)
     # AWS limits: 128-character keys, 256-character values.
     assert all(len(key) <= 128 and len(value) <= 256 for key, value in tags.items())
     assert len(tags) == 3 + len(component_versions(matrix))
+
+
+def test_a_matrix_without_slurm_carries_no_slurm_or_pmix_tag(tmp_path: Path) -> None:
+    data = load_matrix_data()
+    del data["slurm"], data["pmix"]
+    matrix, digest = load_valid(write_matrix(tmp_path, data))
+    tags = ami_tags(matrix, digest)
+    assert "gpuforge:slurm" not in tags and "gpuforge:pmix" not in tags
+    assert list(component_versions(matrix))[-2:] == ["dcgm", "dcgm-exporter"]
 
 
 def test_compare_tags_reports_missing_wrong_and_unexpected_gpuforge_tags_only() -> None:

@@ -1,10 +1,11 @@
 """The in-image verification step (images/scripts/90-verify.sh) against a recorded node.
 
 The script is the real one from a real render. The node is not: `uname`,
-`modinfo`, `dpkg-query`, `ldconfig`, `fi_info`, `systemctl` and `apt-mark`
-describe a GPU image that this test machine is not, so they are replaced on
-PATH by a replayer of tests/fixtures/images/node-p5-h100-cuda12.json, and the
-files the script reads are laid out under GPUFORGE_ROOT. Everything else
+`modinfo`, `dpkg-query`, `ldconfig`, `fi_info`, `systemctl`, `apt-mark`,
+`slurmd` and `getent` describe a GPU image that this test machine is not, so
+they are replaced on PATH by a replayer of
+tests/fixtures/images/node-p5-h100-cuda12.json, and the files and folders the
+script reads are laid out under GPUFORGE_ROOT. Everything else
 (bash, grep, sed, awk, readlink) is the machine's own.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from image_helpers import FIXTURES, MATRICES
+from image_helpers import FIXTURES, MATRICES, load_matrix_data, write_matrix
 
 from gpuforge.images.matrix import load_valid
 from gpuforge.images.render import RenderOptions, render
@@ -28,7 +29,17 @@ from gpuforge.images.tags import component_versions
 from gpuforge.node.manifest import load_manifest
 
 RECORDING = FIXTURES / "node-p5-h100-cuda12.json"
-REPLAYED = ("uname", "modinfo", "dpkg-query", "ldconfig", "fi_info", "systemctl", "apt-mark")
+REPLAYED = (
+    "uname",
+    "modinfo",
+    "dpkg-query",
+    "ldconfig",
+    "fi_info",
+    "systemctl",
+    "apt-mark",
+    "slurmd",
+    "getent",
+)
 REPLAYER = """#!/usr/bin/env bash
 key="$(basename "$0")"
 for arg in "$@"; do key+=" $arg"; done
@@ -76,6 +87,8 @@ def _lay_out(node: Node, base: Path) -> tuple[Path, Path, Path]:
         link = root / relative
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(points_to)
+    for relative in node.get("dirs", []):
+        (root / relative).mkdir(parents=True, exist_ok=True)
     return bin_dir, replay, root
 
 
@@ -124,11 +137,14 @@ def test_a_node_that_matches_the_matrix_passes_and_gets_the_manifest(payload: Pa
             "lustre_client": matrix.lustre_client,
             "container_toolkit": matrix.container_toolkit,
             "dcgm": matrix.dcgm,
+            "slurm": "26.05.5",
+            "pmix": "5.0.3",
         },
     }
     # Every component value equals the matrix's pin (the AMI tags carry the same values).
     tags = component_versions(matrix)
     assert written["components"]["cuda"] == tags["cuda"] and written["components"]["nccl"] == tags["nccl"]
+    assert written["components"]["slurm"] == tags["slurm"] and written["components"]["pmix"] == tags["pmix"]
     # The node agent reads what the image pipeline writes.
     assert load_manifest(manifest_path).nvidia_driver == matrix.nvidia.driver
 
@@ -171,6 +187,41 @@ def _loaded_driver_differs(node: Node) -> None:
     )
 
 
+def _pmix_header(major: str, minor: str, release: str) -> Callable[[Node], None]:
+    def change(node: Node) -> None:
+        node["files"]["opt/pmix/include/pmix_version.h"] = (
+            f"#define PMIX_VERSION_MAJOR {major}L\n#define PMIX_VERSION_MINOR {minor}L\n"
+            f"#define PMIX_VERSION_RELEASE {release}L\n"
+        )
+
+    return change
+
+
+def _no_pmix(node: Node) -> None:
+    for relative in [key for key in node["files"] if key.startswith("opt/pmix/")]:
+        del node["files"][relative]
+    del node["links"]["opt/pmix/lib/libpmix.so"]
+
+
+def _drop_file(relative: str) -> Callable[[Node], None]:
+    def change(node: Node) -> None:
+        del node["files"][relative]
+
+    return change
+
+
+def _plugin_for_pmix_4(node: Node) -> None:
+    """Slurm was built against another PMIx (a system PMIx 4 found before /opt/pmix)."""
+    node["files"]["usr/lib/slurm/mpi_pmix_v4.so"] = node["files"].pop("usr/lib/slurm/mpi_pmix_v5.so")
+
+
+def _drop_dir(relative: str) -> Callable[[Node], None]:
+    def change(node: Node) -> None:
+        node["dirs"].remove(relative)
+
+    return change
+
+
 DPKG = "dpkg-query -W -f=${db:Status-Abbrev} ${Version} "
 CASES: dict[str, tuple[Callable[[Node], None], list[str]]] = {
     "driver-module-mismatch": (
@@ -205,6 +256,34 @@ CASES: dict[str, tuple[Callable[[Node], None], list[str]]] = {
         ["aws_ofi_nccl: NCCL loads /usr/local/lib/libnccl-net-ofi.so"],
     ),
     "loaded-driver": (_loaded_driver_differs, ["nvidia_driver: the loaded driver reports"]),
+    "slurm-version": (
+        _set("slurmd -V", "slurm 25.11.3\n"),
+        ["slurm: slurmd -V reports 'slurm 25.11.3', the matrix pins slurm 26.05.5"],
+    ),
+    "no-slurmd": (_drop("slurmd -V"), ["slurm: slurmd -V reports 'nothing'"]),
+    "pmix-version": (
+        _pmix_header("4", "2", "9"),
+        ["pmix: the PMIx installed in /opt/pmix is 4.2.9, the matrix pins 5.0.3"],
+    ),
+    "no-pmix": (_no_pmix, ["pmix: no PMIx version in /opt/pmix/include/pmix_version.h"]),
+    "pmix-plugin-of-another-major": (
+        _plugin_for_pmix_4,
+        ["slurm: no Slurm plugin /usr/lib/slurm/mpi_pmix_v5.so"],
+    ),
+    "no-nvml-plugin": (
+        _drop_file("usr/lib/slurm/gpu_nvml.so"),
+        ["slurm: no Slurm plugin /usr/lib/slurm/gpu_nvml.so"],
+    ),
+    "slurmd-enabled": (
+        _set("systemctl is-enabled slurmd.service", "enabled\n"),
+        ["slurm: slurmd.service is 'enabled'; the image installs it disabled"],
+    ),
+    "slurmctld-missing": (
+        _drop("systemctl is-enabled slurmctld.service"),
+        ["slurm: slurmctld.service is 'not installed'"],
+    ),
+    "no-slurm-user": (_drop("getent passwd slurm"), ["slurm: there is no slurm user"]),
+    "no-spool": (_drop_dir("var/spool/slurmctld"), ["slurm: folder /var/spool/slurmctld is missing"]),
     "not-held": (
         _set("apt-mark showhold", "libnccl2\n"),
         ["hold: cuda-toolkit-12-9 is not held"],
@@ -234,6 +313,26 @@ def test_several_differences_are_all_reported(payload: Path, tmp_path: Path) -> 
     reported = [line for line in done.stderr.splitlines() if line.startswith("gpuforge: verify: ")]
     assert [line.split(":")[2].strip() for line in reported] == ["kernel", "nccl", "nccl"]
     assert "3 difference(s)" in done.stderr
+
+
+def test_a_matrix_without_slurm_skips_the_slurm_checks_and_leaves_it_out_of_the_manifest(
+    tmp_path: Path,
+) -> None:
+    data = load_matrix_data()
+    del data["slurm"], data["pmix"]
+    matrix, digest = load_valid(write_matrix(tmp_path, data))
+    payload = render(matrix, digest, RenderOptions(region="us-east-1", imds=False), tmp_path / "out").payload
+    node = copy.deepcopy(_recording())
+    for command in ("slurmd -V", "getent passwd slurm"):
+        del node["commands"][command]
+    node["dirs"] = []
+    base = tmp_path / "node"
+    base.mkdir()
+    done, root, replay = _verify(payload, node, base)
+    assert done.returncode == 0, done.stderr
+    assert not (replay / "unrecorded.log").exists(), (replay / "unrecorded.log").read_text()
+    components = json.loads((root / "etc" / "gpuforge" / "manifest.json").read_text())["components"]
+    assert "slurm" not in components and "pmix" not in components
 
 
 def test_the_script_runs_under_strict_bash_settings() -> None:

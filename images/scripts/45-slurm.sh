@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR disable=SC2153 # GPUFORGE_* values come from matrix.env
+# Slurm and the PMIx it is built against, from source at the matrix's exact versions: both tarballs are
+# checked against the matrix's sha256 before anything is built. PMIx goes to /opt/pmix; Slurm to /usr
+# with its configuration in /etc/slurm, the mpi/pmix plugin built against that PMIx and the gpu/nvml
+# plugin against the pinned CUDA's NVML. Slurm's own systemd units for slurmctld and slurmd are
+# installed and left disabled: the instance's user data enables the one its role needs.
+#
+# A matrix without a `slurm` block builds an image without a scheduler: this step then does nothing.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+load_matrix
+
+if [[ -z "$GPUFORGE_SLURM" ]]; then
+    log "slurm: the matrix pins no Slurm; skipping the Slurm and PMIx step"
+    exit 0
+fi
+[[ -n "$GPUFORGE_PMIX" ]] ||
+    die "pmix: the matrix pins Slurm $GPUFORGE_SLURM but no PMIx (gpuforge matrix check refuses this matrix)"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# Both downloads are checked before anything is installed or built.
+download_checked "$GPUFORGE_PMIX_URL" "$GPUFORGE_PMIX_SHA256" "$work/pmix.tar.gz"
+download_checked "$GPUFORGE_SLURM_URL" "$GPUFORGE_SLURM_SHA256" "$work/slurm.tar.gz"
+
+# Build dependencies from the distribution (not pinned: they are not part of the image's contract).
+# PMIx needs libevent, hwloc and zlib (its dependencies in Spack's builtin pmix package);
+# Slurm's cgroup/v2 plugin needs D-Bus, and hwloc, json-c, yaml, lz4, numa and PAM are among the
+# libraries Debian's slurm-wlm 26.05.5-1 builds with (Build-Depends in Debian's source index).
+apt-get install "${APT_OPTIONS[@]}" --no-install-recommends build-essential pkg-config \
+    libevent-dev libhwloc-dev zlib1g-dev libdbus-1-dev libjson-c-dev libyaml-dev liblz4-dev libnuma-dev \
+    libpam0g-dev
+
+# PMIx into its own prefix: it also builds libpmi/libpmi2, which must not collide with Slurm's in /usr.
+mkdir "$work/pmix"
+tar -xzf "$work/pmix.tar.gz" -C "$work/pmix" --strip-components=1
+(
+    cd "$work/pmix"
+    ./configure --prefix="$GPUFORGE_PMIX_PREFIX"
+    make -j "$(nproc)"
+    make install
+)
+echo "$GPUFORGE_PMIX_PREFIX/lib" >/etc/ld.so.conf.d/gpuforge-pmix.conf
+ldconfig
+
+[[ -f "$GPUFORGE_CUDA_HOME/include/nvml.h" ]] ||
+    die "slurm: no nvml.h under $GPUFORGE_CUDA_HOME (CUDA $GPUFORGE_CUDA); the gpu/nvml plugin cannot be built"
+
+mkdir "$work/slurm"
+tar -xzf "$work/slurm.tar.gz" -C "$work/slurm" --strip-components=1
+(
+    cd "$work/slurm"
+    # --with-pmix and --with-nvml name an exact installation, so configure stops instead of building
+    # Slurm without the plugin (SchedMD/slurm auxdir/x_ac_pmix.m4, x_ac_nvml.m4).
+    ./configure --prefix=/usr --sysconfdir=/etc/slurm --with-pmix="$GPUFORGE_PMIX_PREFIX" \
+        --with-nvml="$GPUFORGE_CUDA_HOME"
+    make -j "$(nproc)"
+    make install
+    # configure writes the units from etc/*.service.in with the paths above.
+    install -m 0644 etc/slurmctld.service etc/slurmd.service /usr/lib/systemd/system/
+)
+ldconfig
+
+# The controller runs as SlurmUser=slurm; slurmd runs as root.
+if ! getent passwd slurm >/dev/null; then
+    useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin slurm
+fi
+install -d -m 0755 /etc/slurm /var/spool/slurmd
+install -d -m 0755 -o slurm -g slurm /var/spool/slurmctld /var/log/slurm
+
+# Installed, never enabled here: the user data enables slurmctld on the controller, slurmd on a node.
+systemctl daemon-reload
+systemctl disable slurmctld.service slurmd.service >/dev/null 2>&1 || true
+log "slurm: $(/usr/sbin/slurmd -V) with PMIx $GPUFORGE_PMIX in $GPUFORGE_PMIX_PREFIX"
