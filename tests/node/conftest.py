@@ -19,3 +19,13 @@ def root(tmp_path: Path) -> Path:
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, moto_server: str) -> str:
+    """moto's server (tests/conftest.py) reached through boto3's standard environment."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return moto_server

@@ -19,17 +19,7 @@ REGION = "us-east-1"
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, moto_server: str) -> str:
-    """moto's server (tests/conftest.py) reached through boto3's standard environment."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    return moto_server
-
-
-def _group_with_one_instance(name: str) -> tuple[Any, str]:
+def group_with_one_instance(name: str) -> tuple[Any, str]:
     ec2 = boto3.client("ec2", region_name=REGION)
     autoscaling = boto3.client("autoscaling", region_name=REGION)
     image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
@@ -52,7 +42,7 @@ def _group_with_one_instance(name: str) -> tuple[Any, str]:
     return autoscaling, instance["InstanceId"]
 
 
-def _health(autoscaling: Any, instance_id: str) -> str:
+def health(autoscaling: Any, instance_id: str) -> str:
     (state,) = autoscaling.describe_auto_scaling_instances(InstanceIds=[instance_id])["AutoScalingInstances"]
     status: str = state["HealthStatus"]
     return status
@@ -61,7 +51,7 @@ def _health(autoscaling: Any, instance_id: str) -> str:
 def test_failing_node_marks_itself_unhealthy(
     aws: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    autoscaling, instance_id = _group_with_one_instance("gpu-nodes-a")
+    autoscaling, instance_id = group_with_one_instance("gpu-nodes-a")
     metadata = {"instance-id": instance_id, "instance-type": "p5.48xlarge", "placement/region": REGION}
     imds = serve_imds(metadata)
     monkeypatch.setenv(ENDPOINT_ENV, next(imds))
@@ -82,13 +72,13 @@ def test_failing_node_marks_itself_unhealthy(
     assert code == 1
     assert json.loads(captured.out)["healthy"] is False
     assert f"marked {instance_id} Unhealthy" in captured.err
-    assert _health(autoscaling, instance_id).upper() == "UNHEALTHY"
+    assert health(autoscaling, instance_id).upper() == "UNHEALTHY"
 
 
 def test_healthy_node_leaves_its_group_alone(
     aws: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    autoscaling, instance_id = _group_with_one_instance("gpu-nodes-b")
+    autoscaling, instance_id = group_with_one_instance("gpu-nodes-b")
     imds = serve_imds(
         {"instance-id": instance_id, "instance-type": "p5.48xlarge", "placement/region": REGION}
     )
@@ -105,7 +95,7 @@ def test_healthy_node_leaves_its_group_alone(
     finally:
         imds.close()
     assert code == 0
-    assert _health(autoscaling, instance_id) == "Healthy"
+    assert health(autoscaling, instance_id) == "Healthy"
 
 
 def test_rejected_report_is_an_error_that_names_the_fix(aws: str) -> None:
