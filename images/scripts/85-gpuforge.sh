@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
-# gpuforge itself (for `gpuforge node check` at boot) in /opt/gpuforge, and its systemd units.
+# gpuforge itself (for `gpuforge node check` at boot) in /opt/gpuforge, its systemd units, and
+# slurmd's drop-in that starts slurmd only after the boot check passed.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -24,7 +25,12 @@ for unit in "$GPUFORGE_PAYLOAD"/files/*; do
         install -m 0644 "$unit" "/etc/systemd/system/$(basename "$unit")"
         systemctl enable "$(basename "$unit")"
         ;;
-    *) die "files: $(basename "$unit") is not a systemd unit; this step installs *.service and *.timer files" ;;
+    */slurmd-*.conf)
+        # A drop-in for slurmd.service, named by what it adds: slurmd-gpuforge.conf -> gpuforge.conf.
+        name="$(basename "$unit")"
+        install -D -m 0644 "$unit" "/etc/systemd/system/slurmd.service.d/${name#slurmd-}"
+        ;;
+    *) die "files: $(basename "$unit") is not a systemd unit or slurmd drop-in; this step installs *.service, *.timer and slurmd-*.conf files" ;;
     esac
 done
 systemctl daemon-reload
