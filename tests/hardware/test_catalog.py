@@ -61,6 +61,8 @@ def test_row_matches_describe_instance_types(name: str, described: dict[str, Any
     assert row.gpu_memory_mib == gpu["MemoryInfo"]["SizeInMiB"]
     assert row.gpu_memory_total_mib == aws["GpuInfo"]["TotalGpuMemoryInMiB"]
     assert row.vcpus == aws["VCpuInfo"]["DefaultVCpus"]
+    assert row.cores == aws["VCpuInfo"]["DefaultCores"]
+    assert row.threads_per_core == aws["VCpuInfo"]["DefaultThreadsPerCore"]
     assert row.memory_mib == aws["MemoryInfo"]["SizeInMiB"]
     assert row.efa_supported is net["EfaSupported"]
     assert row.max_efa_interfaces == net.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0)
@@ -77,6 +79,55 @@ def test_row_matches_describe_instance_types(name: str, described: dict[str, Any
     assert row.instance_store_gb == aws["InstanceStorageInfo"]["TotalSizeInGB"]
     assert set(row.boot_modes) == set(aws["SupportedBootModes"])
     assert set(row.placement_strategies) == set(aws["PlacementGroupInfo"]["SupportedStrategies"])
+
+
+@pytest.mark.parametrize("name", sorted(hardware.catalog()))
+def test_cpu_and_numa_layout_is_consistent(name: str) -> None:
+    row = hardware.get(name)
+    assert row.sockets >= 1 and row.cores % row.sockets == 0
+    assert row.cores * row.threads_per_core == row.vcpus
+    assert len(row.numa_nodes) % row.sockets == 0
+    assert row.cores % len(row.numa_nodes) == 0
+    assert [node.index for node in row.numa_nodes] == list(range(len(row.numa_nodes)))
+    placed = [gpu for node in row.numa_nodes for gpu in node.gpus]
+    assert sorted(placed) == list(range(row.gpu_count))
+    for gpu in range(row.gpu_count):
+        assert row.gpu_numa_node(gpu).gpus.count(gpu) == 1
+    covered = [core for node in row.numa_nodes for core in row.numa_cores(node)]
+    assert covered == list(range(row.cores))
+
+
+@pytest.mark.parametrize("name", sorted(hardware.catalog()))
+def test_layout_source_cites_a_url_or_says_it_is_unconfirmed(name: str) -> None:
+    source = hardware.get(name).layout_source
+    assert source.strip()
+    assert "https://" in source or "not confirmed by a public source" in source
+
+
+@pytest.mark.parametrize(
+    ("name", "sockets", "numa_gpus"),
+    [
+        # AWS's own NCCL topology files in aws/aws-ofi-nccl (see each row's layout_source).
+        ("p4d.24xlarge", 2, ((0, 1, 2, 3), (4, 5, 6, 7))),
+        ("p4de.24xlarge", 2, ((0, 1, 2, 3), (4, 5, 6, 7))),
+        ("p5.48xlarge", 2, ((0, 1, 2, 3), (4, 5, 6, 7))),
+        ("g5.48xlarge", 2, ((0, 1, 2, 3), (4, 5, 6, 7))),
+        # aws/aws-ofi-nccl#466: single-socket G5 sizes have one NUMA node.
+        ("g5.12xlarge", 1, ((0, 1, 2, 3),)),
+    ],
+)
+def test_publicly_sourced_layouts(name: str, sockets: int, numa_gpus: tuple[tuple[int, ...], ...]) -> None:
+    row = hardware.get(name)
+    assert row.sockets == sockets
+    assert tuple(node.gpus for node in row.numa_nodes) == numa_gpus
+    assert "github.com/aws/aws-ofi-nccl" in row.layout_source
+
+
+def test_p4d_numa_cores_match_awss_topology_file() -> None:
+    # p4d-24xl-topo.xml: numaid 0 has CPUs 0-23 (+ siblings 48-71), numaid 1 has CPUs 24-47.
+    row = hardware.get("p4d.24xlarge")
+    assert row.numa_cores(row.gpu_numa_node(0)) == range(0, 24)
+    assert row.numa_cores(row.gpu_numa_node(7)) == range(24, 48)
 
 
 def test_dev_types_have_no_efa() -> None:
