@@ -33,4 +33,19 @@ for unit in "$GPUFORGE_PAYLOAD"/files/*; do
     *) die "files: $(basename "$unit") is not a systemd unit or slurmd drop-in; this step installs *.service, *.timer and slurmd-*.conf files" ;;
     esac
 done
+
+# Slurm's HealthCheckProgram is a path run without arguments: this wrapper adds --slurm and the
+# cluster's flags from the user data's env file (e.g. --report-asg --require-fsx).
+install -D -m 0755 /dev/stdin /usr/local/sbin/gpuforge-slurm-healthcheck <<'WRAPPER'
+#!/bin/sh
+# gpuforge's Slurm HealthCheckProgram (slurm.conf: HealthCheckProgram=/usr/local/sbin/gpuforge-slurm-healthcheck).
+GPUFORGE_NODE_CHECK_ARGS=""
+if [ -r /etc/gpuforge/node-check.env ]; then
+    # shellcheck source=/dev/null
+    . /etc/gpuforge/node-check.env
+fi
+# The env file holds a list of flags: split on purpose.
+# shellcheck disable=SC2086
+exec /usr/local/bin/gpuforge node check --slurm $GPUFORGE_NODE_CHECK_ARGS
+WRAPPER
 systemctl daemon-reload
