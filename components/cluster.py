@@ -1,8 +1,17 @@
 """GpuCluster: the whole training cluster from one GpuClusterSpec.
 
-network -> placement -> data bucket -> FSx for Lustre -> node group, each a child
-named `<name>-<part>`. Every check runs before the first child is registered, so
-a refused spec leaves nothing behind.
+network -> placement -> data bucket -> FSx for Lustre -> Slurm controller -> node
+group, each a child named `<name>-<part>`. Every check runs before the first child is
+registered, so a refused spec leaves nothing behind.
+
+With `spec.scheduler.type == "slurm"` the cluster gets a `SlurmController`
+(`<name>-slurm`) and its nodes join it. Its config is rendered for `slurm_version`,
+the Slurm the AMI carries (the image matrix's `slurm.version`; the AMI pin does not
+hold it, so the stack passes it). The network then also gets a Secrets Manager
+interface endpoint (with `api_access: endpoints`), where the nodes fetch the key.
+`slurm_config` holds the rendered files by name ({} without Slurm) and the summary's
+`scheduler` says what runs: type, Slurm version, controller type, host and address,
+partitions.
 
 Where the Lustre spec has no S3 link of its own and a DRA is possible, the file
 system is linked to the cluster's bucket (s3://<bucket>/) by a DRA; the summary's
@@ -19,20 +28,23 @@ from typing import Any
 
 import pulumi
 
-from gpuforge.components import cluster_rules, lustre_rules
+from gpuforge.components import cluster_rules, lustre_rules, slurm_controller
 from gpuforge.components.bucket import DataBucket, DataBucketArgs
 from gpuforge.components.capacity import scale_plan
 from gpuforge.components.efa_layout import interface_layout
 from gpuforge.components.lustre import LustreStorage, LustreStorageArgs
 from gpuforge.components.network import ClusterNetwork, ClusterNetworkArgs
-from gpuforge.components.nodes import FileSystemMount, GpuNodeGroup, GpuNodeGroupArgs
+from gpuforge.components.nodes import FileSystemMount, GpuNodeGroup, GpuNodeGroupArgs, SlurmMembership
 from gpuforge.components.placement import Placement, PlacementArgs
+from gpuforge.components.slurm_controller import SlurmController, SlurmControllerArgs
 from gpuforge.components.specs import GpuClusterSpec
 from gpuforge.components.summary import cluster_summary
 from gpuforge.errors import InputError
 
 TOKEN = "gpuforge:cluster:GpuCluster"
 CLUSTER_TAG = "gpuforge:cluster"
+# Where the nodes fetch the Slurm key when the VPC reaches AWS APIs through interface endpoints.
+SECRETS_ENDPOINT = "secretsmanager"
 
 
 class GpuCluster(pulumi.ComponentResource):
@@ -44,6 +56,7 @@ class GpuCluster(pulumi.ComponentResource):
     file_system_dns_name: pulumi.Output[str | None]
     file_system_mount_name: pulumi.Output[str | None]
     bucket: pulumi.Output[str | None]
+    slurm_config: pulumi.Output[dict[str, str]]
     summary: pulumi.Output[dict[str, Any]]
 
     def __init__(
@@ -53,6 +66,7 @@ class GpuCluster(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
         *,
         now: datetime | None = None,
+        slurm_version: str | None = None,
     ) -> None:
         if not isinstance(spec, GpuClusterSpec):
             raise InputError(
@@ -68,13 +82,23 @@ class GpuCluster(pulumi.ComponentResource):
             lustre_rules.check(
                 spec.lustre, data_repository_association=link_bucket or spec.lustre.s3_path is not None
             )
+        slurm = spec.scheduler.type == "slurm"
+        if slurm:
+            slurm_controller.check(spec.name, spec.scheduler, slurm_version)
 
         super().__init__(TOKEN, name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = {**spec.tags, CLUSTER_TAG: spec.name}
 
         network = ClusterNetwork(
-            f"{name}-network", ClusterNetworkArgs(spec.availability_zone, spec.network, tags), opts=child
+            f"{name}-network",
+            ClusterNetworkArgs(
+                spec.availability_zone,
+                spec.network,
+                tags,
+                extra_endpoint_services=(SECRETS_ENDPOINT,) if slurm else (),
+            ),
+            opts=child,
         )
         placement = Placement(
             f"{name}-placement",
@@ -105,6 +129,30 @@ class GpuCluster(pulumi.ComponentResource):
                 opts=child,
             )
 
+        controller = None
+        if slurm:
+            assert slurm_version is not None  # slurm_controller.check refused None above
+            controller = SlurmController(
+                f"{name}-slurm",
+                SlurmControllerArgs(
+                    cluster_name=spec.name,
+                    scheduler=spec.scheduler,
+                    slurm_version=slurm_version,
+                    node_instance_type=spec.instance_type,
+                    capacity_type=spec.capacity.type,
+                    max_nodes=plan.max_size,
+                    ami=spec.ami,
+                    availability_zone=spec.availability_zone,
+                    vpc_id=network.vpc_id,
+                    subnet_id=network.subnet_id,
+                    subnet_cidr=network.subnet_cidr,
+                    nodes_security_group_id=network.security_group_id,
+                    endpoints_security_group_id=network.endpoint_security_group_id,
+                    tags=tags,
+                ),
+                opts=child,
+            )
+
         nodes = GpuNodeGroup(
             f"{name}-nodes",
             GpuNodeGroupArgs(
@@ -122,6 +170,13 @@ class GpuCluster(pulumi.ComponentResource):
                 imds_hop_limit=spec.imds_hop_limit,
                 root_volume_gib=spec.root_volume_gib,
                 wait_for_capacity_timeout=spec.wait_for_capacity_timeout,
+                slurm=(
+                    SlurmMembership(
+                        controller.conf_server, controller.registration, controller.key_secret_arn
+                    )
+                    if controller
+                    else None
+                ),
                 tags={
                     **tags,
                     "gpuforge:matrix": spec.ami.matrix_name,
@@ -143,17 +198,22 @@ class GpuCluster(pulumi.ComponentResource):
         self.file_system_mount_name = lustre.mount_name if lustre else none
         self.bucket = bucket.bucket_name if bucket else none
         s3_link = lustre.s3_link if lustre else None
-        self.summary = placement.group_name.apply(
-            lambda group: cluster_summary(
-                spec,
-                instance=instance,
-                interfaces=interfaces,
-                plan=plan,
-                placement_group=group,
-                placement_source=placement.source,
-                placement_strategy=placement.strategy,
-                lustre_s3_link=s3_link,
-            )
+        self.slurm_config = controller.files if controller else pulumi.Output.from_input({})
+        address = controller.address if controller else none
+        self.summary = pulumi.Output.all(placement.group_name, address).apply(
+            lambda values: {
+                **cluster_summary(
+                    spec,
+                    instance=instance,
+                    interfaces=interfaces,
+                    plan=plan,
+                    placement_group=values[0],
+                    placement_source=placement.source,
+                    placement_strategy=placement.strategy,
+                    lustre_s3_link=s3_link,
+                ),
+                "scheduler": _scheduler_summary(spec, slurm_version, controller, values[1]),
+            }
         )
         self.register_outputs(
             {
@@ -165,9 +225,28 @@ class GpuCluster(pulumi.ComponentResource):
                 "file_system_dns_name": self.file_system_dns_name,
                 "file_system_mount_name": self.file_system_mount_name,
                 "bucket": self.bucket,
+                "slurm_config": self.slurm_config,
                 "summary": self.summary,
             }
         )
+
+
+def _scheduler_summary(
+    spec: GpuClusterSpec, slurm_version: str | None, controller: SlurmController | None, address: str | None
+) -> dict[str, Any]:
+    """The summary's `scheduler`: the same keys with or without Slurm (None and [] without)."""
+    scheduler = spec.scheduler
+    return {
+        "type": scheduler.type,
+        "slurm_version": slurm_version if controller else None,
+        "controller_instance_type": scheduler.controller_instance_type,
+        "controller_host": controller.host if controller else None,
+        "controller_address": address,
+        "partitions": [
+            {"name": partition.name, "max_time": partition.max_time, "default": partition.default}
+            for partition in (scheduler.effective_partitions if controller else ())
+        ],
+    }
 
 
 def _links_cluster_bucket(spec: GpuClusterSpec) -> bool:

@@ -13,6 +13,12 @@ the NAT gateway and the file system through its own group.
 Private nodes still need AWS APIs: SSM (ssm, ssmmessages, ec2messages), Auto
 Scaling (the node agent marks an unhealthy node with SetInstanceHealth) and S3.
 `api_access` picks interface endpoints (default), a NAT gateway, or nothing.
+`extra_endpoint_services` adds interface endpoints a cluster needs beyond these
+(a Slurm cluster: `secretsmanager`, where its nodes fetch the Slurm key).
+
+`subnet_cidr` is the private subnet's block (read from EC2 for an existing subnet),
+from which the Slurm controller takes its fixed address; `endpoint_security_group_id`
+is the interface endpoints' group, so another component can let its own instances in.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ class ClusterNetworkArgs:
     availability_zone: str
     network: NetworkSpec = field(default_factory=NetworkSpec)
     tags: Mapping[str, str] = field(default_factory=dict)
+    extra_endpoint_services: tuple[str, ...] = ()
 
 
 class ClusterNetwork(pulumi.ComponentResource):
@@ -49,7 +56,9 @@ class ClusterNetwork(pulumi.ComponentResource):
 
     vpc_id: pulumi.Output[str]
     subnet_id: pulumi.Output[str]
+    subnet_cidr: pulumi.Output[str]
     security_group_id: pulumi.Output[str]
+    endpoint_security_group_id: pulumi.Output[str] | None
     availability_zone: str
 
     def __init__(
@@ -68,13 +77,19 @@ class ClusterNetwork(pulumi.ComponentResource):
             assert spec.vpc_id is not None and spec.subnet_id is not None  # NetworkSpec checks both
             self.vpc_id = pulumi.Output.from_input(spec.vpc_id)
             self.subnet_id = pulumi.Output.from_input(spec.subnet_id)
+            self.subnet_cidr = aws.ec2.get_subnet_output(
+                id=spec.subnet_id, opts=pulumi.InvokeOutputOptions(parent=self)
+            ).cidr_block
             route_table_ids = list(spec.route_table_ids)
         else:
             route_table_ids = [self._create_vpc(spec)]
 
         self.security_group_id = self._efa_security_group()
+        self.endpoint_security_group_id = None
         if spec.api_access == "endpoints":
-            self._interface_endpoints()
+            self.endpoint_security_group_id = self._interface_endpoints(
+                (*INTERFACE_ENDPOINT_SERVICES, *args.extra_endpoint_services)
+            )
         if spec.api_access == "nat":
             self._nat_gateway(spec, route_table_ids[0])
         if spec.api_access != "existing":
@@ -84,6 +99,7 @@ class ClusterNetwork(pulumi.ComponentResource):
             {
                 "vpc_id": self.vpc_id,
                 "subnet_id": self.subnet_id,
+                "subnet_cidr": self.subnet_cidr,
                 "security_group_id": self.security_group_id,
                 "availability_zone": self.availability_zone,
             }
@@ -122,6 +138,7 @@ class ClusterNetwork(pulumi.ComponentResource):
         )
         self.vpc_id = vpc.id
         self.subnet_id = subnet.id
+        self.subnet_cidr = pulumi.Output.from_input(str(private_block))
         return route_table.id
 
     def _efa_security_group(self) -> pulumi.Output[str]:
@@ -165,7 +182,7 @@ class ClusterNetwork(pulumi.ComponentResource):
         prefix = aws.get_partition_output(opts=invoke).reverse_dns_prefix
         return pulumi.Output.concat(prefix, ".", region, ".", service)
 
-    def _interface_endpoints(self) -> None:
+    def _interface_endpoints(self, services: tuple[str, ...]) -> pulumi.Output[str]:
         group = aws.ec2.SecurityGroup(
             f"{self._name}-endpoints",
             vpc_id=self.vpc_id,
@@ -183,7 +200,7 @@ class ClusterNetwork(pulumi.ComponentResource):
             description="HTTPS from the nodes",
             opts=self._child,
         )
-        for service in INTERFACE_ENDPOINT_SERVICES:
+        for service in dict.fromkeys(services):
             aws.ec2.VpcEndpoint(
                 f"{self._name}-{service}",
                 vpc_id=self.vpc_id,
@@ -195,6 +212,7 @@ class ClusterNetwork(pulumi.ComponentResource):
                 tags=self._tags_named(service),
                 opts=self._child,
             )
+        return group.id
 
     def _s3_gateway_endpoint(self, route_table_ids: list[pulumi.Input[str]]) -> None:
         aws.ec2.VpcEndpoint(

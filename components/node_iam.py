@@ -5,6 +5,12 @@ and `autoscaling:SetInstanceHealth`, which the node agent calls to mark its node
 unhealthy, is scoped to the node group's own Auto Scaling group ARN (the action
 supports resource-level permissions on autoScalingGroup,
 https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2autoscaling.html).
+
+On a Slurm cluster the GPU nodes' role and the controller's role (the same kind of
+role, from `node_role`, without a bucket) may read the shared Slurm key, and only
+that secret: `secretsmanager:GetSecretValue` on its one ARN (the action takes a
+secret ARN as its resource,
+https://docs.aws.amazon.com/service-authorization/latest/reference/list_awssecretsmanager.html).
 """
 
 from __future__ import annotations
@@ -121,6 +127,25 @@ def allow_set_instance_health(
     )
     return aws.iam.RolePolicy(
         f"{name}-set-health",
+        role=role.name,
+        policy=document.json,
+        opts=pulumi.ResourceOptions(parent=owner),
+    )
+
+
+def allow_read_secret(
+    owner: pulumi.Resource, name: str, role: aws.iam.Role, secret_arn: pulumi.Input[str]
+) -> aws.iam.RolePolicy:
+    """Let `role` read the value of the one secret `secret_arn` (the Slurm key), and no other secret."""
+    invoke = pulumi.InvokeOutputOptions(parent=owner)
+    document = aws.iam.get_policy_document_output(
+        statements=pulumi.Output.from_input(secret_arn).apply(
+            lambda arn: [_statement(("secretsmanager:GetSecretValue",), [arn], "SlurmKey")]
+        ),
+        opts=invoke,
+    )
+    return aws.iam.RolePolicy(
+        f"{name}-slurm-key",
         role=role.name,
         policy=document.json,
         opts=pulumi.ResourceOptions(parent=owner),

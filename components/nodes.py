@@ -14,7 +14,9 @@ Launch template:
 - capacity: nothing for on-demand, a targeted reservation for an ODCR, market
   type `capacity-block` plus the reservation for a Capacity Block
   (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-launch.html);
-- user data from `user_data`.
+- user data from `user_data`; on a Slurm cluster it joins the node to the controller
+  (`SlurmMembership`) once the node check passed, and the nodes' role may read the
+  Slurm key's one secret.
 
 Nodes: an Auto Scaling group in the one subnet and the placement group (the
 default: it replaces unhealthy nodes), sized over time by `capacity.scale_plan`,
@@ -37,7 +39,7 @@ from gpuforge.components.capacity import ScalePlan, scale_plan
 from gpuforge.components.efa_layout import InterfaceSlot, interface_layout
 from gpuforge.components.input_errors import invalid
 from gpuforge.components.specs import AmiPin, CapacitySpec, NodeMode
-from gpuforge.components.user_data import FsxMount, UserDataParams, render
+from gpuforge.components.user_data import FsxMount, SlurmJoin, UserDataParams, render
 
 TOKEN = "gpuforge:nodes:GpuNodeGroup"
 
@@ -61,6 +63,19 @@ class FileSystemMount:
 
 
 @dataclass(frozen=True)
+class SlurmMembership:
+    """How the nodes join Slurm (`SlurmController`'s outputs).
+
+    `conf_server` is the controller's `address:port`, `registration` the node's
+    `slurmd -Z --conf` string, `key_secret_arn` the secret that holds the Slurm key.
+    """
+
+    conf_server: pulumi.Input[str]
+    registration: pulumi.Input[str]
+    key_secret_arn: pulumi.Input[str]
+
+
+@dataclass(frozen=True)
 class GpuNodeGroupArgs:
     instance_type: str
     node_count: int
@@ -76,6 +91,7 @@ class GpuNodeGroupArgs:
     imds_hop_limit: int = 1
     root_volume_gib: int = 200
     wait_for_capacity_timeout: str | None = None
+    slurm: SlurmMembership | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
     # The time the Capacity Block schedule is planned against; None means now.
     now: datetime | None = None
@@ -105,6 +121,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
         role = node_iam.node_role(
             self, name, bucket_arn=args.bucket_arn, bucket_kms_key_arn=args.bucket_kms_key_arn, tags=tags
         )
+        if args.slurm is not None:
+            node_iam.allow_read_secret(self, name, role.role, args.slurm.key_secret_arn)
         template = self._launch_template(args, instance, role.instance_profile, tags)
         self.launch_template_id = template.id
         self.role_arn = role.role.arn
@@ -296,20 +314,37 @@ def _capacity_settings(
 
 
 def _user_data(name: str, instance: hardware.InstanceType, args: GpuNodeGroupArgs) -> pulumi.Output[str]:
-    def encoded(fsx: FsxMount | None) -> str:
+    """The script, base64-encoded, once the file system's and the controller's values are known."""
+    file_system, slurm = args.file_system, args.slurm
+    values: dict[str, pulumi.Input[str]] = {}
+    if file_system is not None:
+        values |= {"dns_name": file_system.dns_name, "mount_name": file_system.mount_name}
+    if slurm is not None:
+        values |= {
+            "conf_server": slurm.conf_server,
+            "registration": slurm.registration,
+            "key_secret_arn": slurm.key_secret_arn,
+        }
+
+    def encoded(resolved: dict[str, str]) -> str:
         script = render(
             UserDataParams(
                 cluster=name,
                 instance_type=instance.name,
                 scratch_disks=instance.instance_store_disks,
-                fsx=fsx,
+                fsx=FsxMount(resolved["dns_name"], resolved["mount_name"]) if file_system else None,
                 report_to_asg=args.node_mode == "asg",
+                slurm=(
+                    SlurmJoin(resolved["conf_server"], resolved["registration"], resolved["key_secret_arn"])
+                    if slurm
+                    else None
+                ),
             )
         )
         return base64.b64encode(script.encode("utf-8")).decode("ascii")
 
-    if args.file_system is None:
-        return pulumi.Output.from_input(encoded(None))
-    return pulumi.Output.all(args.file_system.dns_name, args.file_system.mount_name).apply(
-        lambda values: encoded(FsxMount(dns_name=str(values[0]), mount_name=str(values[1])))
+    if not values:
+        return pulumi.Output.from_input(encoded({}))
+    return pulumi.Output.all(**values).apply(
+        lambda resolved: encoded({key: str(value) for key, value in resolved.items()})
     )

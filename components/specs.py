@@ -334,7 +334,8 @@ class GpuClusterSpec(_Spec):
     `node_mode` is `asg` (an Auto Scaling group, the default: it replaces unhealthy
     nodes) or `instances` (a fixed set). `imds_hop_limit` is 1 unless containers on the
     node need IMDS (then 2). `wait_for_capacity_timeout` overrides the per-capacity
-    default chosen in `cluster_rules.wait_for_capacity_timeout`.
+    default chosen in `cluster_rules.wait_for_capacity_timeout`. `scheduler` is the
+    `gpuforge:scheduler` block; with `type: slurm` the cluster gets a Slurm controller.
     """
 
     name: str
@@ -353,6 +354,8 @@ class GpuClusterSpec(_Spec):
     imds_hop_limit: Literal[1, 2] = 1
     root_volume_gib: int = Field(default=200, ge=8, le=16384)
     wait_for_capacity_timeout: str | None = None
+    # No scheduler unless the stack asks for one (`gpuforge:scheduler`); SchedulerSpec is defined below.
+    scheduler: SchedulerSpec = Field(default_factory=lambda: SchedulerSpec(type="none"))
 
     @field_validator("name")
     @classmethod
@@ -504,3 +507,7 @@ class SchedulerSpec(_Spec):
             return self.partitions
         first, *rest = self.partitions
         return (first.model_copy(update={"default": True}), *rest)
+
+
+# GpuClusterSpec names SchedulerSpec, which is defined after it.
+GpuClusterSpec.model_rebuild()

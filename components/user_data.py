@@ -15,16 +15,36 @@ It does three things, each idempotent, and every boot:
    (/run/gpuforge/node-check.done) so the image's gpuforge-node-check.service,
    which runs after cloud-init at every boot, does not check the node twice.
 
+4. on a Slurm cluster, once this boot's node check has passed (the agent writes
+   /run/gpuforge/node-check.passed only on a pass), joins Slurm as a dynamic node:
+   fetches the shared Slurm key from Secrets Manager, writes /etc/default/slurmd with
+   `SLURMD_OPTIONS="-Z -N <instance id> --conf-server <controller>:<port> --conf '<registration>'"`
+   and starts slurmd. The Slurm node name is the EC2 instance id, so one Auto Scaling
+   instance is one Slurm node and EC2's topology maps onto Slurm's by name. A slurmd
+   drop-in repeats the gate (ConditionPathExists on the marker), so slurmd, which is
+   enabled, never starts at boot before the check; and `gpuforge-slurm-leave.service`
+   runs `scontrol delete nodename=<instance id>` when the node shuts down, so a
+   replaced node leaves no record behind. It is a unit of its own, ordered after
+   slurmd (so it stops first, while slurmd's configless copy of slurm.conf under
+   /run/slurm still exists), and not an ExecStopPost of slurmd, which would also
+   delete the node on every slurmd restart.
+
 cloud-init runs user data once per instance, so the script copies itself into
 cloud-init's per-boot directory (which runs before user scripts, so the first boot
 does not run it twice). A failed step does not stop the later ones: the health
 check still runs and reports the node, and the script exits non-zero.
+
+`render_controller` is the Slurm controller's script (see `ControllerParams`); the
+two share the step runner and the key fetch. The key never appears in either script:
+each fetches it at boot with the instance role, which may read that one secret.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 SCRATCH_MOUNT = "/scratch"
 # XFS labels are at most 12 characters (xfs_admin(8)).
@@ -39,12 +59,52 @@ NODE_CHECK_DONE = "/run/gpuforge/node-check.done"
 # https://docs.aws.amazon.com/fsx/latest/LustreGuide/mount-fs-auto-mount-onreboot.html
 FSX_FSTAB_OPTIONS = "defaults,relatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network.service"
 PER_BOOT_COPY = "/var/lib/cloud/scripts/per-boot/gpuforge-node-setup.sh"
+CONTROLLER_PER_BOOT_COPY = "/var/lib/cloud/scripts/per-boot/gpuforge-slurmctld-setup.sh"
+# Written by `gpuforge node check` when the boot gate passes (gpuforge.node.context.HostPaths.boot_pass_marker).
+NODE_CHECK_PASSED = "/run/gpuforge/node-check.passed"
+# The image's Python with boto3 and gpuforge (images/scripts/85-gpuforge.sh makes this virtualenv).
+GPUFORGE_PYTHON = "/opt/gpuforge/bin/python"
+# Where Slurm reads its files and auth/slurm its key (images/scripts/45-slurm.sh: --sysconfdir=/etc/slurm,
+# --prefix=/usr). Source: https://slurm.schedmd.com/authentication.html#slurm
+SLURM_ETC = "/etc/slurm"
+SLURM_KEY_FILE = "/etc/slurm/slurm.key"
+SCONTROL = "/usr/bin/scontrol"
+# Slurm's own slurmd.service reads SLURMD_OPTIONS from here (EnvironmentFile=-/etc/default/slurmd).
+SLURMD_DEFAULTS = "/etc/default/slurmd"
+SLURMD_DROP_IN = "/etc/systemd/system/slurmd.service.d/slurmd-gpuforge.conf"
+SLURMCTLD_DROP_IN = "/etc/systemd/system/slurmctld.service.d/slurmctld-gpuforge.conf"
+SLURM_LEAVE_UNIT = "/etc/systemd/system/gpuforge-slurm-leave.service"
+# XFS label of slurmctld's state volume (at most 12 characters, xfs_admin(8)).
+STATE_LABEL = "slurmctld"
+# How long the controller waits for its state volume: the attachment is made after the instance exists.
+STATE_VOLUME_WAIT_S = 600
+# Keeps the controller's hostname (SlurmctldHost) across reboots: cloud-init's update_hostname module
+# would otherwise set the EC2 name again at every boot.
+# Source: https://cloudinit.readthedocs.io/en/latest/reference/modules.html#set-hostname
+CLOUD_INIT_HOSTNAME_CFG = "/etc/cloud/cloud.cfg.d/99-gpuforge-hostname.cfg"
+# Characters a value may hold to pass through /etc/default/slurmd's double quotes and the single
+# quotes around --conf unchanged (systemd reads the file, then splits $SLURMD_OPTIONS on unquoted space).
+_PLAIN_OPTION = re.compile(r"^[A-Za-z0-9 =,:._/+-]+$")
 
 
 @dataclass(frozen=True)
 class FsxMount:
     dns_name: str
     mount_name: str
+
+
+@dataclass(frozen=True)
+class SlurmJoin:
+    """How a GPU node joins its cluster's Slurm: plain values (resolve Outputs first).
+
+    `conf_server` is the controller's `address:port`; `registration` is what
+    `gpuforge.scheduler.render.node_registration` gives for the cluster.
+    """
+
+    conf_server: str
+    registration: str
+    key_secret_arn: str
+    slurm_user: str = "slurm"
 
 
 @dataclass(frozen=True)
@@ -56,6 +116,7 @@ class UserDataParams:
     scratch_disks: int
     fsx: FsxMount | None
     report_to_asg: bool
+    slurm: SlurmJoin | None = None
 
     @property
     def node_check_args(self) -> str:
@@ -77,7 +138,7 @@ _COMMON = r"""
 FAILED_STEPS=()
 
 log() {
-    echo "gpuforge-node-setup: $*" >&2
+    echo "$LOG_TAG: $*" >&2
 }
 
 # Runs one step with errexit on, in a subshell, and records a failure without stopping
@@ -194,11 +255,201 @@ run_node_check() {
 """
 
 
+# The key is fetched at every boot with the instance role; it is never written into the script.
+# mktemp makes the file 0600, so the key is never readable by others, not even for a moment.
+_SLURM_KEY = r"""
+fetch_slurm_key() {
+    local tmp attempt
+    install -d -m 0755 "$(dirname "$SLURM_KEY_FILE")"
+    tmp="$(mktemp "$SLURM_KEY_FILE.XXXXXX")"
+    for attempt in 1 2 3 4 5; do
+        if "$GPUFORGE_PYTHON" - "$SLURM_KEY_SECRET_ARN" "$tmp" <<'PYTHON'
+import base64
+import sys
+
+import boto3
+
+arn, path = sys.argv[1], sys.argv[2]
+client = boto3.client("secretsmanager", region_name=arn.split(":")[3])
+secret = client.get_secret_value(SecretId=arn)["SecretString"]
+with open(path, "wb") as key:
+    key.write(base64.b64decode(secret, validate=True))
+PYTHON
+        then
+            chown "$SLURM_USER:$SLURM_USER" "$tmp"
+            chmod 0600 "$tmp"
+            mv -f "$tmp" "$SLURM_KEY_FILE"
+            return 0
+        fi
+        log "fetching the Slurm key from $SLURM_KEY_SECRET_ARN failed (attempt $attempt of 5)"
+        sleep 10
+    done
+    rm -f "$tmp"
+    return 1
+}
+"""
+
+# Writes its standard input to $1 (mode 0644) in one rename, so a reader never sees half a file.
+_WRITE_FILE = r"""
+write_file() {
+    local tmp
+    install -d -m 0755 "$(dirname "$1")"
+    tmp="$(mktemp "$1.XXXXXX")"
+    cat >"$tmp"
+    chmod 0644 "$tmp"
+    mv -f "$tmp" "$1"
+}
+"""
+
+_SLURMD = r"""
+imds() {
+    local token
+    token="$(curl -sSf --retry 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' \
+        http://169.254.169.254/latest/api/token)"
+    curl -sSf --retry 5 -H "X-aws-ec2-metadata-token: $token" "http://169.254.169.254/latest/meta-data/$1"
+}
+
+join_slurm() {
+    local node
+    if [[ ! -e "$NODE_CHECK_PASSED" ]]; then
+        log "not joining Slurm: the node check did not pass in this boot"
+        return 0
+    fi
+    fetch_slurm_key
+    # The Slurm node name is the instance id: one instance, one Slurm node.
+    node="$(imds instance-id)"
+    printf 'SLURMD_OPTIONS="-Z -N %s --conf-server %s --conf %s"\n' \
+        "$node" "$SLURM_CONF_SERVER" "'$SLURM_NODE_CONF'" | write_file "$SLURMD_DEFAULTS"
+    write_file "$SLURMD_DROP_IN" <<UNIT
+# Written by gpuforge's user data: slurmd starts only after this boot's node check passed.
+[Unit]
+ConditionPathExists=$NODE_CHECK_PASSED
+UNIT
+    write_file "$SLURM_LEAVE_UNIT" <<UNIT
+# Written by gpuforge's user data: this node ($node) leaves Slurm when it shuts down.
+[Unit]
+Description=gpuforge: delete Slurm node $node at shutdown
+After=slurmd.service network-online.target
+Wants=network-online.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/true
+ExecStop=-$SCONTROL delete nodename=$node
+TimeoutStopSec=30
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+    systemctl daemon-reload
+    systemctl enable --now gpuforge-slurm-leave.service
+    systemctl enable --now slurmd.service
+}
+"""
+
+_CONTROLLER_HEADER = """#!/bin/bash
+# gpuforge Slurm controller for cluster {cluster}: hostname, state volume, config files, key, slurmctld.
+# Generated by gpuforge.components.user_data; every step is idempotent and runs at every boot.
+set -euo pipefail
+"""
+
+_CONTROLLER = r"""
+set_hostname() {
+    hostnamectl set-hostname "$SLURMCTLD_HOST"
+    printf 'preserve_hostname: true\n' | write_file "$CLOUD_INIT_HOSTNAME_CFG"
+    if ! grep -q " $SLURMCTLD_HOST\$" /etc/hosts; then
+        echo "$SLURMCTLD_ADDR $SLURMCTLD_HOST" >>/etc/hosts
+    fi
+}
+
+# On Nitro instances an EBS volume is an NVMe device whose serial is the volume id without its dash.
+mount_state() {
+    local device="/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_${STATE_VOLUME_ID//-/}"
+    local waited=0
+    if mountpoint -q "$STATE_DIR"; then
+        log "$STATE_DIR is already mounted"
+        return 0
+    fi
+    while [[ ! -e "$device" ]]; do
+        if ((waited >= STATE_VOLUME_WAIT_S)); then
+            log "the state volume $STATE_VOLUME_ID did not appear at $device within ${STATE_VOLUME_WAIT_S}s"
+            return 1
+        fi
+        sleep 5
+        waited=$((waited + 5))
+    done
+    # blkid finds no file system only on the volume's first use; later boots keep slurmctld's state.
+    if ! blkid "$device" >/dev/null; then
+        mkfs.xfs -L "$STATE_LABEL" "$device"
+    fi
+    if ! grep -q "^LABEL=$STATE_LABEL " /etc/fstab; then
+        echo "LABEL=$STATE_LABEL $STATE_DIR xfs defaults,noatime,nofail 0 2" >>/etc/fstab
+    fi
+    mkdir -p "$STATE_DIR"
+    mount "$STATE_DIR"
+    chown "$SLURM_USER:$SLURM_USER" "$STATE_DIR"
+    chmod 0700 "$STATE_DIR"
+}
+
+start_slurmctld() {
+    write_file "$SLURMCTLD_DROP_IN" <<UNIT
+# Written by gpuforge's user data: slurmctld's state lives on its own volume; never start without it.
+[Unit]
+RequiresMountsFor=$STATE_DIR
+UNIT
+    systemctl daemon-reload
+    systemctl enable --now slurmctld.service
+}
+"""
+
+
+def _declarations(variables: Mapping[str, str]) -> str:
+    return "".join(f"readonly {name}={shlex.quote(value)}\n" for name, value in variables.items())
+
+
+def _main(steps: list[str]) -> str:
+    return (
+        "\nmain() {\n"
+        + "".join(f"    {line}\n" for line in steps)
+        + "    if ((${#FAILED_STEPS[@]})); then\n"
+        + '        log "failed steps: ${FAILED_STEPS[*]}"\n'
+        + "        return 1\n"
+        + "    fi\n}\n\n"
+        + 'main "$@"\n'
+    )
+
+
+def _slurm_key_variables(key_secret_arn: str, slurm_user: str) -> dict[str, str]:
+    return {
+        "GPUFORGE_PYTHON": GPUFORGE_PYTHON,
+        "SLURM_KEY_FILE": SLURM_KEY_FILE,
+        "SLURM_KEY_SECRET_ARN": key_secret_arn,
+        "SLURM_USER": slurm_user,
+    }
+
+
+def _slurm_join(join: SlurmJoin) -> dict[str, str]:
+    for name, value in (("conf_server", join.conf_server), ("registration", join.registration)):
+        if not _PLAIN_OPTION.match(value):
+            raise ValueError(f"SlurmJoin.{name} = {value!r} holds characters slurmd's options cannot carry")
+    return {
+        **_slurm_key_variables(join.key_secret_arn, join.slurm_user),
+        "NODE_CHECK_PASSED": NODE_CHECK_PASSED,
+        "SLURM_CONF_SERVER": join.conf_server,
+        "SLURM_NODE_CONF": join.registration,
+        "SLURMD_DEFAULTS": SLURMD_DEFAULTS,
+        "SLURMD_DROP_IN": SLURMD_DROP_IN,
+        "SLURM_LEAVE_UNIT": SLURM_LEAVE_UNIT,
+        "SCONTROL": SCONTROL,
+    }
+
+
 def render(params: UserDataParams) -> str:
     """The user-data script for `params`, ready for base64 encoding into a launch template."""
     if params.scratch_disks < 0:
         raise ValueError(f"scratch_disks is a count, got {params.scratch_disks}")
-    variables = {"PER_BOOT_COPY": PER_BOOT_COPY}
+    variables = {"LOG_TAG": "gpuforge-node-setup", "PER_BOOT_COPY": PER_BOOT_COPY}
     sections = [_COMMON]
     steps = []
     if params.scratch_disks:
@@ -227,15 +478,83 @@ def render(params: UserDataParams) -> str:
     }
     sections.append(_NODE_CHECK)
     steps += ["step write_node_check_env", "step run_node_check"]
+    if params.slurm is not None:
+        variables |= _slurm_join(params.slurm)
+        sections += [_WRITE_FILE, _SLURM_KEY, _SLURMD]
+        steps.append("step join_slurm")
     header = _HEADER.format(cluster=params.cluster, instance_type=params.instance_type)
-    declarations = "".join(f"readonly {name}={shlex.quote(value)}\n" for name, value in variables.items())
-    main = (
-        "\nmain() {\n    step install_per_boot\n"
-        + "".join(f"    {line}\n" for line in steps)
-        + "    if ((${#FAILED_STEPS[@]})); then\n"
-        + '        log "failed steps: ${FAILED_STEPS[*]}"\n'
-        + "        return 1\n"
-        + "    fi\n}\n\n"
-        + 'main "$@"\n'
+    return (
+        header
+        + "\n"
+        + _declarations(variables)
+        + "".join(sections)
+        + _main(["step install_per_boot", *steps])
     )
-    return header + "\n" + declarations + "".join(sections) + main
+
+
+@dataclass(frozen=True)
+class ControllerParams:
+    """What the Slurm controller's script needs; all plain values (resolve Outputs first).
+
+    `files` are the rendered Slurm files by name (`gpuforge.scheduler.render.render_files`),
+    written to /etc/slurm; `host` and `address` are the SlurmctldHost name and address
+    the files name; `state_volume_id` is the EBS volume mounted at `state_dir`.
+    """
+
+    cluster: str
+    host: str
+    address: str
+    state_volume_id: str
+    state_dir: str
+    key_secret_arn: str
+    files: Mapping[str, str] = field(default_factory=dict)
+    slurm_user: str = "slurm"
+
+
+def _file_variable(name: str) -> str:
+    """The shell variable that holds a file's text: slurm.conf -> SLURM_CONF_TEXT."""
+    return re.sub(r"[^A-Z0-9]", "_", name.upper()) + "_TEXT"
+
+
+def render_controller(params: ControllerParams) -> str:
+    """The controller's user-data script: hostname, state volume, /etc/slurm, the key, slurmctld.
+
+    slurmctld starts only when every step before it succeeded: a controller without its
+    state volume, its files or its key would start with an empty queue or refuse every node.
+    """
+    if not params.files:
+        raise ValueError("ControllerParams.files is empty: the controller needs the rendered Slurm files")
+    variables = {
+        "LOG_TAG": "gpuforge-slurmctld-setup",
+        "PER_BOOT_COPY": CONTROLLER_PER_BOOT_COPY,
+        "SLURMCTLD_HOST": params.host,
+        "SLURMCTLD_ADDR": params.address,
+        "CLOUD_INIT_HOSTNAME_CFG": CLOUD_INIT_HOSTNAME_CFG,
+        "STATE_VOLUME_ID": params.state_volume_id,
+        "STATE_VOLUME_WAIT_S": str(STATE_VOLUME_WAIT_S),
+        "STATE_DIR": params.state_dir,
+        "STATE_LABEL": STATE_LABEL,
+        "SLURM_ETC": SLURM_ETC,
+        "SLURMCTLD_DROP_IN": SLURMCTLD_DROP_IN,
+        **_slurm_key_variables(params.key_secret_arn, params.slurm_user),
+    }
+    variables |= {_file_variable(name): text for name, text in sorted(params.files.items())}
+    writes = "".join(
+        f'    printf \'%s\' "${_file_variable(name)}" | write_file "$SLURM_ETC/{name}"\n'
+        for name in sorted(params.files)
+    )
+    sections = [_COMMON, _WRITE_FILE, _CONTROLLER, _SLURM_KEY, f"\nwrite_slurm_files() {{\n{writes}}}\n"]
+    steps = [
+        "step install_per_boot",
+        "step set_hostname",
+        "step mount_state",
+        "step write_slurm_files",
+        "step fetch_slurm_key",
+        "if ((${#FAILED_STEPS[@]} == 0)); then",
+        "    step start_slurmctld",
+        "else",
+        '    log "not starting slurmctld: ${FAILED_STEPS[*]} failed"',
+        "fi",
+    ]
+    header = _CONTROLLER_HEADER.format(cluster=params.cluster)
+    return header + "\n" + _declarations(variables) + "".join(sections) + _main(steps)

@@ -4,9 +4,10 @@
 no engine, no provider plugin). The mocks
 
 - answer each resource with the outputs the AWS provider would report: ids in
-  AWS's formats (sg-0123..., lt-..., fs-..., subnet-...), ARNs, FSx DNS and mount
-  names, Pulumi-style auto-names (`<name>-<7 hex>`). Ids are derived from the
-  resource's URN, so a run is reproducible;
+  AWS's formats (sg-0123..., lt-..., fs-..., subnet-..., vol-...), ARNs, FSx DNS and
+  mount names, Secrets Manager ARNs with their random suffix, Pulumi-style auto-names
+  (`<name>-<7 hex>`), and the random provider's bytes. Ids and bytes are derived from
+  the resource's URN, so a run is reproducible;
 - answer the provider functions (invokes) the components call; an invoke with no
   answer fails loudly, never with an empty result;
 - record every registered resource (type, name, inputs, outputs, URN, parent
@@ -14,13 +15,18 @@ no engine, no provider plugin). The mocks
 
 Limits: the mocks validate nothing (enums, sizes, references) - the components
 do that themselves - and inputs arrive as the engine sends them: camelCased
-names, numbers as floats.
+names, numbers as floats. An existing subnet's CIDR block (`getSubnet`) cannot be
+known offline: it is the block given in `subnet_cidrs`, else a /24 of 10.0.0.0/16
+derived from the subnet id. The random provider's outputs are secrets under the
+engine; the mocks return them as plain values, as the SDK's mocks do for every output.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
+import ipaddress
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -133,9 +139,16 @@ def _registering(monitor: MockMonitor, request: Any) -> Iterator[None]:
 class GpuforgeMocks(pulumi.runtime.Mocks):
     """Realistic AWS answers for offline Pulumi runs, and a record of the run."""
 
-    def __init__(self, *, account_id: str = DEFAULT_ACCOUNT, region: str = DEFAULT_REGION) -> None:
+    def __init__(
+        self,
+        *,
+        account_id: str = DEFAULT_ACCOUNT,
+        region: str = DEFAULT_REGION,
+        subnet_cidrs: Mapping[str, str] | None = None,
+    ) -> None:
         self.account_id = account_id
         self.region = region
+        self.subnet_cidrs = dict(subnet_cidrs or {})
         self.partition = "aws-cn" if region.startswith("cn-") else "aws"
         self._lock = threading.Lock()
         self._resources: list[RecordedResource] = []
@@ -443,7 +456,8 @@ def _instance(
     mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex
 ) -> tuple[str, dict[str, Any]]:
     resource_id = hexes.ec2_id("i")
-    ip = hexes.private_ip()
+    # EC2 gives the instance the private address it asked for, else one from the subnet.
+    ip = str(inputs.get("privateIp") or hexes.private_ip())
     dns_zone = "ec2.internal" if mocks.region == "us-east-1" else f"{mocks.region}.compute.internal"
     return resource_id, {
         "arn": mocks.arn("ec2", f"instance/{resource_id}"),
@@ -568,6 +582,50 @@ def _role_policy_attachment(
     return f"{inputs.get('role', '')}-{int(hexes.digits(12, 'attach'), 16)}", {}
 
 
+def _ebs_volume(
+    mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex
+) -> tuple[str, dict[str, Any]]:
+    resource_id = hexes.ec2_id("vol")
+    return resource_id, {
+        "arn": mocks.arn("ec2", f"volume/{resource_id}"),
+        "iops": inputs.get("iops", 3000),
+        "throughput": inputs.get("throughput", 125),
+        "kmsKeyId": mocks.arn("kms", f"key/{hexes.uuid('kms')}") if inputs.get("encrypted") else "",
+    }
+
+
+def _volume_attachment(
+    mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex
+) -> tuple[str, dict[str, Any]]:
+    # The provider's id: "vai-" and a hash of device name, volume and instance.
+    return f"vai-{int(hexes.digits(8, 'vai'), 16)}", {}
+
+
+def _secret(
+    mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex
+) -> tuple[str, dict[str, Any]]:
+    secret_name = _autoname(name, hexes, inputs)
+    # Secrets Manager appends a dash and six random characters to the name in the ARN.
+    arn = mocks.arn("secretsmanager", f"secret:{secret_name}-{hexes.lower_alnum(6, 'suffix')}")
+    return arn, {"name": secret_name, "arn": arn}
+
+
+def _secret_version(
+    mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex
+) -> tuple[str, dict[str, Any]]:
+    version = hexes.uuid("version")
+    secret = str(inputs.get("secretId", ""))
+    return f"{secret}|{version}", {"arn": secret, "versionId": version, "versionStages": ["AWSCURRENT"]}
+
+
+def _random_bytes(
+    mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex
+) -> tuple[str, dict[str, Any]]:
+    data = bytes.fromhex(hexes.digits(2 * int(inputs.get("length", 0)), "bytes"))
+    resource_id, _ = _generic_answer(mocks, name, inputs, hexes)
+    return resource_id, {"base64": base64.b64encode(data).decode("ascii"), "hex": data.hex()}
+
+
 _RESOURCE_ANSWERS: dict[str, Answer] = {
     "aws:ec2/vpc:Vpc": _vpc,
     "aws:ec2/subnet:Subnet": _subnet,
@@ -599,6 +657,11 @@ _RESOURCE_ANSWERS: dict[str, Answer] = {
     "aws:iam/instanceProfile:InstanceProfile": _instance_profile,
     "aws:iam/rolePolicy:RolePolicy": _role_policy,
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment": _role_policy_attachment,
+    "aws:ebs/volume:Volume": _ebs_volume,
+    "aws:ec2/volumeAttachment:VolumeAttachment": _volume_attachment,
+    "aws:secretsmanager/secret:Secret": _secret,
+    "aws:secretsmanager/secretVersion:SecretVersion": _secret_version,
+    "random:index/randomBytes:RandomBytes": _random_bytes,
 }
 
 
@@ -689,9 +752,28 @@ def _policy_statement(statement: Mapping[str, Any]) -> dict[str, Any]:
     return rendered
 
 
+def _get_subnet(mocks: GpuforgeMocks, args: dict[str, Any]) -> dict[str, Any]:
+    subnet_id = str(args.get("id") or "")
+    hexes = _Hex(f"subnet|{subnet_id}")
+    cidr = mocks.subnet_cidrs.get(subnet_id) or f"10.0.{int(hexes.digits(2), 16)}.0/24"
+    return {
+        "id": subnet_id,
+        "arn": mocks.arn("ec2", f"subnet/{subnet_id}"),
+        "cidrBlock": cidr,
+        "vpcId": hexes.ec2_id("vpc", "vpc"),
+        "availabilityZone": f"{mocks.region}a",
+        "availableIpAddressCount": ipaddress.IPv4Network(cidr).num_addresses - 5,
+        "mapPublicIpOnLaunch": False,
+        "ownerId": mocks.account_id,
+        "state": "available",
+        "tags": {},
+    }
+
+
 _CALL_ANSWERS: dict[str, CallAnswer] = {
     "aws:index/getRegion:getRegion": _get_region,
     "aws:index/getPartition:getPartition": _get_partition,
     "aws:index/getCallerIdentity:getCallerIdentity": _get_caller_identity,
     "aws:iam/getPolicyDocument:getPolicyDocument": _get_policy_document,
+    "aws:ec2/getSubnet:getSubnet": _get_subnet,
 }

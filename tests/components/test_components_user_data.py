@@ -92,7 +92,7 @@ def test_fsx_mount_uses_the_documented_fstab_options() -> None:
 def test_a_failed_step_does_not_stop_the_health_check(tmp_path: Path) -> None:
     """Run the script's own `step` helper: errexit works inside a step, and later steps still run."""
     probe = (
-        "#!/bin/bash\nset -euo pipefail\n"
+        "#!/bin/bash\nset -euo pipefail\nreadonly LOG_TAG=probe\n"
         + user_data._COMMON
         + 'broken() { false; echo "after a failure"; }\n'
         + 'fine() { echo "health check ran"; }\n'
