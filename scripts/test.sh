@@ -10,5 +10,6 @@ echo "==> mypy"
 scripts/typecheck.sh
 echo "==> shellcheck"
 git ls-files -z '*.sh' | xargs -0 -r shellcheck
+scripts/slurm-root.sh
 echo "==> pytest"
 .venv/bin/pytest "$@"

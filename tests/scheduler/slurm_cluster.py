@@ -1,0 +1,320 @@
+"""Real Slurm daemons on one machine: a controller and GPU nodes, each in its own network namespace.
+
+The daemons come from the Slurm test root (`scripts/slurm-root.sh`: Debian testing's
+slurmctld, slurmd and client commands in a chroot). Each test cluster mounts an overlay
+of that root, so runs never see each other's state, and gives every daemon its own
+network namespace on a private bridge: slurmctld and each slurmd get an address of their
+own, as on a real cluster. Daemons are started with `nsenter --net=...` (not `ip netns
+exec`, which remounts /sys, hides the cgroup mount, and slurmd then fails).
+
+Everything this module creates it removes, by name and by pid: daemons, namespaces,
+veth pairs, the bridge, mounts. Every wait is bounded by a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_ROOT = REPO / ".cache" / "slurm-root"
+_SERIAL = itertools.count(1)
+# Inside the root: where the checkout's gpuforge package is mounted for the node agent,
+# fake GPU device files, and flags that tell the health check which nodes are faulty.
+AGENT_DIR = "/opt/gpuforge"
+TEST_DIR = "/var/lib/gpuforge-test"
+DEVICE_PREFIX = f"{TEST_DIR}/dev/nvidia"
+FAULTY_DIR = f"{TEST_DIR}/faulty"
+HEALTH_CHECK = "/usr/local/sbin/gpuforge-slurm-healthcheck"
+
+
+class ClusterError(AssertionError):
+    """A daemon did not start or a wait ran out; carries the daemon's log for the test report."""
+
+
+def _run(argv: list[str], *, timeout: float = 30, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and done.returncode != 0:
+        raise ClusterError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
+    return done
+
+
+def unavailable_reason(root: Path) -> str | None:
+    """Why real daemons cannot run here, or None when they can."""
+    if os.geteuid() != 0:
+        return "the real-Slurm tests need root (chroot, network namespaces, mounts)"
+    if not (root / ".gpuforge-complete").exists():
+        return f"no Slurm test root at {root}: run scripts/slurm-root.sh (scripts/test.sh does)"
+    for tool in ("ip", "nsenter", "unshare", "mount"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    probe = f"gfprobe{os.getpid() % 100000}"
+    made = _run(["ip", "netns", "add", probe], check=False)
+    if made.returncode != 0:
+        return f"this machine cannot create network namespaces ({made.stderr.strip()})"
+    _run(["ip", "netns", "del", probe], check=False)
+    return None
+
+
+@dataclass
+class SlurmTestCluster:
+    """One private Slurm cluster; use `open_cluster` so that it is always torn down."""
+
+    base: Path  # a temporary folder holding the overlay
+    lower: Path  # the Slurm test root
+    # Names and addresses unique to this process and cluster, so that runs side by side
+    # (and several clusters in one run) never share a bridge, a namespace or a subnet.
+    serial: int = field(default_factory=lambda: next(_SERIAL))
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    namespaces: list[str] = field(default_factory=list)
+    mounts: list[Path] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+
+    @property
+    def tag(self) -> str:
+        return f"gf{os.getpid() % 10000}{chr(ord('a') + self.serial % 26)}"
+
+    @property
+    def subnet(self) -> str:
+        return f"10.{200 + os.getpid() % 50}.{(os.getpid() // 50 + self.serial) % 250}"
+
+    @property
+    def root(self) -> Path:
+        return self.base / "merged"
+
+    @property
+    def bridge(self) -> str:
+        return f"{self.tag}br"
+
+    def address(self, index: int) -> str:
+        return f"{self.subnet}.{index}"
+
+    # -- set-up -------------------------------------------------------------------------
+
+    def mount_root(self, agent_source: Path) -> None:
+        for name in ("upper", "work", "merged"):
+            (self.base / name).mkdir(parents=True)
+        options = f"lowerdir={self.lower},upperdir={self.base / 'upper'},workdir={self.base / 'work'}"
+        _run(["mount", "-t", "overlay", "overlay", "-o", options, str(self.root)])
+        self.mounts.append(self.root)
+        for source, flags in (("/proc", "--bind"), ("/dev", "--bind"), ("/sys", "--rbind")):
+            target = self.root / source.lstrip("/")
+            _run(["mount", flags, source, str(target)])
+            self.mounts.append(target)
+        agent = self.root / AGENT_DIR.lstrip("/") / "gpuforge"
+        agent.mkdir(parents=True)
+        _run(["mount", "--bind", "-o", "ro", str(agent_source), str(agent)])
+        self.mounts.append(agent)
+        for folder in ("etc/slurm", "var/spool/slurmctld", "var/spool/slurmd", "var/log/slurm"):
+            (self.root / folder).mkdir(parents=True, exist_ok=True)
+        (self.root / FAULTY_DIR.lstrip("/")).mkdir(parents=True)
+        self.chroot(["chown", "slurm:slurm", "/var/spool/slurmctld", "/var/log/slurm"])
+
+    def make_gpus(self, count: int) -> None:
+        """Fake GPU device files: character devices with NVIDIA's major number, 195."""
+        folder = self.root / DEVICE_PREFIX.rsplit("/", 1)[0].lstrip("/")
+        folder.mkdir(parents=True, exist_ok=True)
+        for index in range(count):
+            _run(["mknod", f"{self.root}{DEVICE_PREFIX}{index}", "c", "195", str(index)])
+
+    def write_key(self) -> None:
+        key = self.root / "etc/slurm/slurm.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o600)
+        self.chroot(["chown", "slurm:slurm", "/etc/slurm/slurm.key"])
+
+    def write_files(self, files: dict[str, str]) -> None:
+        for name, text in files.items():
+            (self.root / "etc/slurm" / name).write_text(text, encoding="utf-8")
+
+    def add_namespace(self, name: str, index: int) -> str:
+        """A network namespace with one veth on the bridge at address `index`; returns its path."""
+        if not self.links:
+            _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+            self.links.append(self.bridge)
+            _run(["ip", "link", "set", self.bridge, "up"])
+        namespace = f"{self.tag}-{name}"
+        _run(["ip", "netns", "add", namespace])
+        self.namespaces.append(namespace)
+        host_end = f"{self.tag}v{index}"
+        _run(["ip", "link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", namespace])
+        self.links.append(host_end)
+        _run(["ip", "link", "set", host_end, "master", self.bridge, "up"])
+        for argv in (
+            ["ip", "addr", "add", f"{self.address(index)}/24", "dev", "eth0"],
+            ["ip", "link", "set", "eth0", "up"],
+            ["ip", "link", "set", "lo", "up"],
+        ):
+            _run(["ip", "netns", "exec", namespace, *argv])
+        return f"/var/run/netns/{namespace}"
+
+    # -- daemons and commands -------------------------------------------------------------
+
+    def chroot(
+        self, argv: list[str], *, timeout: float = 30, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return _run(["chroot", str(self.root), *argv], timeout=timeout, check=check)
+
+    def client(
+        self, argv: list[str], *, timeout: float = 30, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """A Slurm client command, run from the controller's namespace."""
+        return _run(
+            ["nsenter", f"--net=/var/run/netns/{self.tag}-ctl", "chroot", str(self.root), *argv],
+            timeout=timeout,
+            check=check,
+        )
+
+    def _start(self, name: str, argv: list[str]) -> None:
+        log = (self.base / f"{name}.out").open("wb")
+        self.procs[name] = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def daemon_log(self, name: str) -> str:
+        out = self.base / f"{name}.out"
+        files = [
+            out,
+            self.root / "var/log/slurm" / ("slurmctld.log" if name == "ctl" else f"slurmd-{name}.log"),
+        ]
+        return "\n".join(path.read_text(errors="replace")[-4000:] for path in files if path.exists())
+
+    def start_controller(self, host: str, *, ready_timeout: float = 30) -> None:
+        """slurmctld in the `ctl` namespace with hostname `host` (its own UTS namespace)."""
+        netns = self.add_namespace("ctl", 1)
+        self._start(
+            "ctl",
+            [
+                "nsenter",
+                f"--net={netns}",
+                "unshare",
+                "--uts",
+                "sh",
+                "-c",
+                f'hostname "$0" && exec chroot {self.root} slurmctld -D',
+                host,
+            ],
+        )
+        self.wait_for(
+            "slurmctld to answer",
+            lambda: self.client(["scontrol", "ping"], check=False).stdout.count("UP") > 0,
+            ready_timeout,
+            daemon="ctl",
+        )
+
+    def start_node(self, name: str, index: int, conf: str) -> None:
+        """A dynamic node: `slurmd -Z -N name --conf-server <controller> --conf conf`."""
+        netns = self.add_namespace(name, index)
+        self._start(
+            name,
+            [
+                "nsenter",
+                f"--net={netns}",
+                "chroot",
+                str(self.root),
+                "slurmd",
+                "-D",
+                "-Z",
+                "-N",
+                name,
+                "--conf-server",
+                self.address(1),
+                "--conf",
+                conf,
+            ],
+        )
+
+    def alive(self, name: str) -> bool:
+        return self.procs[name].poll() is None
+
+    def stop(self, name: str, *, timeout: float = 15) -> None:
+        """Stop one daemon by its own pid: SIGTERM, then SIGKILL after `timeout`."""
+        proc = self.procs.pop(name)
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+    def wait_for(
+        self, what: str, predicate: Callable[[], bool], timeout: float, *, daemon: str | None = None
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            if daemon is not None and not self.alive(daemon):
+                raise ClusterError(f"{daemon} exited while waiting for {what}:\n{self.daemon_log(daemon)}")
+            time.sleep(0.5)
+        detail = f":\n{self.daemon_log(daemon)}" if daemon else ""
+        raise ClusterError(f"timed out after {timeout} s waiting for {what}{detail}")
+
+    # -- reading state ------------------------------------------------------------------
+
+    def node(self, name: str) -> dict[str, str]:
+        """`scontrol show node NAME --oneliner` as key -> value ({} when Slurm does not know it)."""
+        done = self.client(["scontrol", "show", "node", name, "--oneliner"], check=False)
+        if done.returncode != 0:
+            return {}
+        return dict(re.findall(r"(\w+)=(\S*)", done.stdout))
+
+    def job(self, job_id: str) -> dict[str, str]:
+        done = self.client(["scontrol", "show", "job", job_id, "--oneliner"])
+        return dict(re.findall(r"(\w+)=(\S*)", done.stdout))
+
+    def sbatch(self, *args: str) -> str:
+        done = self.client(["sbatch", "--parsable", "--chdir=/tmp", *args])
+        return done.stdout.strip().split(";")[0]
+
+    # -- tear-down ----------------------------------------------------------------------
+
+    def _strays(self) -> list[int]:
+        """Processes running inside this cluster's root that the test did not start itself:
+        slurmstepd and job steps, which outlive a stopped slurmd."""
+        strays = []
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if (proc / "root").readlink() == self.root:
+                        strays.append(int(proc.name))
+        return strays
+
+    def close(self) -> None:
+        if self.procs.get("ctl") is not None and self.alive("ctl"):
+            self.client(["scancel", "--full", "--user=root"], check=False)
+        for name in list(self.procs):
+            self.stop(name)
+        for _ in range(20):  # bounded: steps get SIGKILL, then have 10 s to go
+            strays = self._strays()
+            if not strays:
+                break
+            for pid in strays:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+            time.sleep(0.5)
+        for namespace in reversed(self.namespaces):
+            _run(["ip", "netns", "del", namespace], check=False)
+        for link in reversed(self.links):
+            _run(["ip", "link", "del", link], check=False)
+        for target in reversed(self.mounts):
+            _run(["umount", "-R", str(target)], check=False)
+
+
+@contextlib.contextmanager
+def open_cluster(base: Path, lower: Path, agent_source: Path) -> Iterator[SlurmTestCluster]:
+    cluster = SlurmTestCluster(base=base, lower=lower)
+    try:
+        cluster.mount_root(agent_source)
+        yield cluster
+    finally:
+        cluster.close()

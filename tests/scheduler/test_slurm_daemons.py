@@ -1,0 +1,274 @@
+"""The rendered config, run by real Slurm daemons: a controller and three GPU nodes in namespaces.
+
+What is proved here with real slurmctld and slurmd (the version of the Slurm test root,
+which must be the series the shipped matrices pin): the files `render_files` writes are
+accepted; dynamic nodes registering with `node_registration` come up idle with their GRES
+and features; `srun -N2 --gres=gpu:<type>:2` runs on both with the GPUs it was given; a
+job asking for more nodes than are up stays pending and starts whole once they are; the
+node agent, run by slurmd as HealthCheckProgram, drains a failing node with its reason
+while the running job goes on and no new job lands there; a node that leaves is gone;
+a setting the installed Slurm does not know stops the controller.
+
+The node's hardware line is the test machine's own (read from `slurmd -C`, so Slurm's
+checks against the real CPUs and memory pass); the GPUs are device files with NVIDIA's
+major number. Nothing else differs from a real cluster's files but paths and ports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from slurm_cluster import (
+    AGENT_DIR,
+    DEFAULT_ROOT,
+    DEVICE_PREFIX,
+    FAULTY_DIR,
+    HEALTH_CHECK,
+    REPO,
+    ClusterError,
+    SlurmTestCluster,
+    open_cluster,
+    unavailable_reason,
+)
+
+from gpuforge import hardware
+from gpuforge.components.specs import PartitionSpec, SchedulerSpec
+from gpuforge.images.matrix import load_valid
+from gpuforge.scheduler import versions
+from gpuforge.scheduler.render import SlurmCluster, SlurmSite, node_registration, render_files
+
+ROOT = Path(os.environ.get("GPUFORGE_SLURM_ROOT", DEFAULT_ROOT))
+_SKIP = unavailable_reason(ROOT)
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
+
+GPUS_PER_NODE = 2
+CONTROLLER = "gfctl"
+MANIFEST = REPO / "tests/fixtures/node/manifest/p5-h100.json"
+
+# The health check slurmd runs: the node agent, for the nodes a test marked faulty. A
+# healthy node of this machine has no GPUs for the agent to find, so the flag stands for
+# "this node's hardware is broken"; what drains it is the agent's own verdict and reason.
+HEALTH_SCRIPT = f"""#!/bin/sh
+[ -e {FAULTY_DIR}/"$SLURMD_NODENAME" ] || exit 0
+cp {AGENT_DIR}/manifest.json /tmp/manifest-"$SLURMD_NODENAME".json
+PYTHONPATH={AGENT_DIR} exec python3 -c 'import sys; from gpuforge.cli import main; sys.exit(main())' \\
+    node check --slurm --manifest /tmp/manifest-"$SLURMD_NODENAME".json --expect p5.48xlarge \\
+    --node-name "$SLURMD_NODENAME"
+"""
+
+
+def _this_machine(cluster: SlurmTestCluster) -> hardware.InstanceType:
+    """p5.48xlarge's catalog row with this machine's CPUs and memory, and two GPUs on one NUMA node."""
+    line = cluster.chroot(["slurmd", "-C"]).stdout.splitlines()[0]
+    found = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", line)}
+    sockets = found["SocketsPerBoard"]
+    return dataclasses.replace(
+        hardware.get("p5.48xlarge"),
+        vcpus=found["CPUs"],
+        sockets=sockets,
+        cores=sockets * found["CoresPerSocket"],
+        threads_per_core=found["ThreadsPerCore"],
+        memory_mib=found["RealMemory"],
+        gpu_count=GPUS_PER_NODE,
+        numa_nodes=(hardware.NumaNode(index=0, gpus=tuple(range(GPUS_PER_NODE))),),
+    )
+
+
+def _pinned_slurm() -> str:
+    matrix, _ = load_valid(REPO / "images/matrices/p5-h100-cuda12.yaml")
+    assert matrix.slurm is not None, "the p5-prod matrix pins Slurm"
+    return matrix.slurm.version
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SlurmTestCluster, SlurmCluster]]:
+    with open_cluster(tmp_path_factory.mktemp("slurm"), ROOT, REPO / "gpuforge") as test_cluster:
+        installed = test_cluster.chroot(["slurmd", "-V"]).stdout.split()[-1]
+        pinned = _pinned_slurm()
+        assert versions.series_of(versions.parse_version(installed, where="slurmd -V")) == versions.series_of(
+            versions.parse_version(pinned, where="matrix")
+        ), f"the Slurm test root runs {installed}, the matrices pin {pinned}: rebuild the root or re-pin"
+        spec = SlurmCluster(
+            name="gftest",
+            instance_type=_this_machine(test_cluster),
+            capacity_type="capacity-block",
+            max_nodes=8,
+            scheduler=SchedulerSpec(
+                type="slurm",
+                controller_instance_type="m7i.2xlarge",
+                partitions=(
+                    PartitionSpec(name="gpu", max_time="2-00:00:00", default=True),
+                    PartitionSpec(name="debug"),
+                ),
+            ),
+            slurm_version=installed,
+            site=SlurmSite(
+                controller_host=CONTROLLER,
+                controller_addr=test_cluster.address(1),
+                gpu_device_prefix=DEVICE_PREFIX,
+                health_check_program=HEALTH_CHECK,
+                health_check_interval_s=65,
+            ),
+        )
+        test_cluster.make_gpus(GPUS_PER_NODE)
+        test_cluster.write_key()
+        test_cluster.write_files(dict(render_files(spec)))
+        script = test_cluster.root / HEALTH_CHECK.lstrip("/")
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(HEALTH_SCRIPT, encoding="utf-8")
+        script.chmod(0o755)
+        (test_cluster.root / AGENT_DIR.lstrip("/") / "manifest.json").write_bytes(MANIFEST.read_bytes())
+        test_cluster.start_controller(CONTROLLER)
+        yield test_cluster, spec
+
+
+def _name(test_cluster: SlurmTestCluster, number: int) -> str:
+    """Node names unique to the cluster: the host's cgroup tree names jobs by node and job id,
+    so two test clusters side by side must not share node names."""
+    return f"{test_cluster.tag}-gpu{number}"
+
+
+def _idle_with_gres(test_cluster: SlurmTestCluster, name: str, gres: str) -> bool:
+    node = test_cluster.node(name)
+    return node.get("State") == "IDLE+DYNAMIC_NORM" and node.get("Gres") == gres
+
+
+def test_nodes_register_by_themselves_idle_with_gres_and_features(
+    cluster: tuple[SlurmTestCluster, SlurmCluster],
+) -> None:
+    test_cluster, spec = cluster
+    conf = node_registration(spec)
+    names = [_name(test_cluster, 1), _name(test_cluster, 2)]
+    for index, name in zip((11, 12), names, strict=True):
+        test_cluster.start_node(name, index, conf)
+    # (S:0): Slurm bound the GPUs to socket 0's cores, from gres.conf's Cores= lines.
+    gres = f"gpu:{spec.gpu_type}:{GPUS_PER_NODE}(S:0)"
+    for name in names:
+        test_cluster.wait_for(
+            f"{name} idle", lambda name=name: _idle_with_gres(test_cluster, name, gres), 30, daemon=name
+        )
+        node = test_cluster.node(name)
+        assert node["AvailableFeatures"] == ",".join(spec.features)
+        assert node["RealMemory"] == str(spec.real_memory_mib)
+    partitions = test_cluster.client(["sinfo", "-h", "-o", "%P %D %l"]).stdout.split("\n")
+    assert "gpu* 2 2-00:00:00" in partitions and "debug 2 infinite" in partitions
+
+
+def test_srun_runs_on_both_nodes_with_the_gpus_it_was_given(
+    cluster: tuple[SlurmTestCluster, SlurmCluster],
+) -> None:
+    test_cluster, spec = cluster
+    done = test_cluster.client(
+        [
+            "srun",
+            "-N2",
+            f"--gres=gpu:{spec.gpu_type}:{GPUS_PER_NODE}",
+            "--chdir=/tmp",
+            "sh",
+            "-c",
+            'echo "$SLURMD_NODENAME $CUDA_VISIBLE_DEVICES"',
+        ],
+        timeout=60,
+    )
+    assert sorted(done.stdout.split("\n")[:-1]) == [f"{_name(test_cluster, n)} 0,1" for n in (1, 2)]
+
+
+def test_a_job_wider_than_the_cluster_waits_then_starts_whole(
+    cluster: tuple[SlurmTestCluster, SlurmCluster],
+) -> None:
+    test_cluster, spec = cluster
+    job = test_cluster.sbatch("-N3", f"--gres=gpu:{spec.gpu_type}:1", "--wrap", "srun hostname")
+    test_cluster.wait_for(
+        "the 3-node job to be judged", lambda: test_cluster.job(job)["Reason"] != "None", 20
+    )
+    waiting = test_cluster.job(job)
+    assert waiting["JobState"] == "PENDING", waiting
+    assert waiting["NodeList"] in {"", "(null)"}, waiting  # nothing held while it waits
+    test_cluster.start_node(_name(test_cluster, 3), 13, node_registration(spec))
+    test_cluster.wait_for(
+        "the 3-node job to finish", lambda: test_cluster.job(job)["JobState"] == "COMPLETED", 60
+    )
+    assert test_cluster.job(job)["NodeList"] == f"{test_cluster.tag}-gpu[1-3]"
+
+
+def test_failing_health_check_drains_the_node_keeps_its_job_and_new_jobs_off(
+    cluster: tuple[SlurmTestCluster, SlurmCluster],
+) -> None:
+    test_cluster, spec = cluster
+    node = _name(test_cluster, 3)
+    running = test_cluster.sbatch("-N1", "-w", node, "--wrap", "sleep 120")
+    test_cluster.wait_for(
+        "the job on node 3 to run", lambda: test_cluster.job(running)["JobState"] == "RUNNING", 30
+    )
+    (test_cluster.root / FAULTY_DIR.lstrip("/") / node).touch()
+    test_cluster.wait_for(
+        "the health check to drain node 3",
+        lambda: "DRAIN" in test_cluster.node(node).get("State", ""),
+        spec.site.health_check_interval_s + 30,
+    )
+    reasons = test_cluster.client(["sinfo", "-R", "-h", "-o", "%N|%E"]).stdout
+    assert re.search(rf"^{node}\|gpuforge: \S", reasons, re.M), reasons
+    still = test_cluster.job(running)
+    assert still["JobState"] == "RUNNING", still
+    blocked = test_cluster.sbatch("-N1", "-w", node, "--wrap", "true")
+    test_cluster.wait_for(
+        "the new job to be judged", lambda: test_cluster.job(blocked)["Reason"] != "None", 20
+    )
+    assert test_cluster.job(blocked)["JobState"] == "PENDING"
+    test_cluster.client(["scancel", running, blocked])
+
+
+def test_a_node_that_leaves_is_gone(cluster: tuple[SlurmTestCluster, SlurmCluster]) -> None:
+    test_cluster, _ = cluster
+    node = _name(test_cluster, 3)
+    test_cluster.stop(node)
+    test_cluster.wait_for(
+        "node 3 to have no jobs", lambda: "ALLOCATED" not in test_cluster.node(node).get("State", ""), 30
+    )
+    test_cluster.client(["scontrol", "delete", f"nodename={node}"])
+    assert test_cluster.node(node) == {}
+    names = test_cluster.client(["sinfo", "-h", "-N", "-o", "%N"]).stdout.split()
+    assert sorted(set(names)) == [_name(test_cluster, 1), _name(test_cluster, 2)]
+
+
+def test_a_node_claiming_more_gpus_than_it_has_is_refused(
+    cluster: tuple[SlurmTestCluster, SlurmCluster],
+) -> None:
+    test_cluster, spec = cluster
+    claim = node_registration(spec).replace(f"gpu:{spec.gpu_type}:{GPUS_PER_NODE}", f"gpu:{spec.gpu_type}:4")
+    node = _name(test_cluster, 4)
+    test_cluster.start_node(node, 14, claim)
+    test_cluster.wait_for(
+        "node 4 to be judged",
+        lambda: not test_cluster.alive(node) or "INVAL" in test_cluster.node(node).get("State", ""),
+        30,
+    )
+    state = test_cluster.node(node).get("State", "")
+    assert not test_cluster.alive(node) or "INVAL" in state or "DRAIN" in state, state
+    test_cluster.stop(node)
+
+
+def test_a_setting_the_installed_slurm_does_not_know_stops_the_controller(tmp_path: Path) -> None:
+    with open_cluster(tmp_path, ROOT, REPO / "gpuforge") as test_cluster:
+        site = SlurmSite(controller_host=CONTROLLER, controller_addr=test_cluster.address(1))
+        spec = SlurmCluster(
+            name="gfbad",
+            instance_type=hardware.get("p5.48xlarge"),
+            capacity_type="on-demand",
+            max_nodes=2,
+            scheduler=SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge"),
+            slurm_version=test_cluster.chroot(["slurmd", "-V"]).stdout.split()[-1],
+            site=site,
+        )
+        files = dict(render_files(spec))
+        files["slurm.conf"] += "GpuforgeNoSuchSetting=1\n"
+        test_cluster.write_key()
+        test_cluster.write_files(files)
+        with pytest.raises(ClusterError, match="exited while waiting"):
+            test_cluster.start_controller(CONTROLLER, ready_timeout=20)
+        assert "GpuforgeNoSuchSetting" in test_cluster.daemon_log("ctl")
