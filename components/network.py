@@ -43,6 +43,11 @@ ALL_TRAFFIC = "-1"
 HTTPS = 443
 
 
+def private_subnet_block(vpc_cidr: str) -> ipaddress.IPv4Network:
+    """The private subnet of a new VPC: the first half of its block (the controller's address lies in it)."""
+    return next(ipaddress.IPv4Network(vpc_cidr).subnets(prefixlen_diff=1))
+
+
 @dataclass(frozen=True)
 class ClusterNetworkArgs:
     availability_zone: str
@@ -110,8 +115,7 @@ class ClusterNetwork(pulumi.ComponentResource):
 
     def _create_vpc(self, spec: NetworkSpec) -> pulumi.Output[str]:
         """A VPC with one private subnet (the first half of the block); returns its route table id."""
-        block = ipaddress.IPv4Network(spec.vpc_cidr)
-        private_block = next(block.subnets(prefixlen_diff=1))
+        private_block = private_subnet_block(spec.vpc_cidr)
         vpc = aws.ec2.Vpc(
             f"{self._name}-vpc",
             cidr_block=spec.vpc_cidr,
