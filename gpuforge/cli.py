@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("gpuforge.plan.cli", "plan a stack offline under the Pulumi SDK's mocks"),
     "preflight": ("gpuforge.preflight.cli", "check an AWS account before `pulumi up`"),
     "node": ("gpuforge.node.cli", "health-check a GPU node (runs on the node)"),
+    "scheduler": ("gpuforge.scheduler.cli", "render the Slurm config of a stack"),
 }
 
 Handler = Callable[[argparse.Namespace], int]
