@@ -40,7 +40,14 @@ from gpuforge import hardware
 from gpuforge.components.specs import PartitionSpec, SchedulerSpec
 from gpuforge.images.matrix import load_valid
 from gpuforge.scheduler import versions
-from gpuforge.scheduler.render import SlurmCluster, SlurmSite, node_registration, render_files
+from gpuforge.scheduler.render import (
+    SlurmCluster,
+    SlurmSite,
+    node_registration,
+    render_files,
+    topology_argument,
+)
+from gpuforge.scheduler.topology import from_response
 
 ROOT = Path(os.environ.get("GPUFORGE_SLURM_ROOT", DEFAULT_ROOT))
 _SKIP = unavailable_reason(ROOT)
@@ -272,3 +279,40 @@ def test_a_setting_the_installed_slurm_does_not_know_stops_the_controller(tmp_pa
         with pytest.raises(ClusterError, match="exited while waiting"):
             test_cluster.start_controller(CONTROLLER, ready_timeout=20)
         assert "GpuforgeNoSuchSetting" in test_cluster.daemon_log("ctl")
+
+
+def test_a_node_joins_its_leaf_switch_of_the_aws_topology(tmp_path: Path) -> None:
+    response = {
+        "Instances": [
+            {"InstanceId": "i-1", "NetworkNodes": ["nn-top", "nn-mid", "nn-leaf1"]},
+            {"InstanceId": "i-2", "NetworkNodes": ["nn-top", "nn-mid", "nn-leaf2"]},
+        ]
+    }
+    with open_cluster(tmp_path, ROOT, REPO / "gpuforge") as test_cluster:
+        spec = SlurmCluster(
+            name="gftopo",
+            instance_type=_this_machine(test_cluster),
+            capacity_type="reservation",
+            max_nodes=2,
+            scheduler=SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge"),
+            slurm_version=test_cluster.chroot(["slurmd", "-V"]).stdout.split()[-1],
+            site=SlurmSite(
+                controller_host=CONTROLLER,
+                controller_addr=test_cluster.address(1),
+                gpu_device_prefix=DEVICE_PREFIX,
+            ),
+            topology=from_response(response, where="test"),
+        )
+        test_cluster.make_gpus(GPUS_PER_NODE)
+        test_cluster.write_key()
+        test_cluster.write_files(dict(render_files(spec)))
+        test_cluster.start_controller(CONTROLLER)
+        node = _name(test_cluster, 1)
+        test_cluster.start_node(node, 11, f"{node_registration(spec)} {topology_argument('nn-leaf2')}")
+        test_cluster.wait_for(
+            f"{node} idle", lambda: "IDLE" in test_cluster.node(node).get("State", ""), 30, daemon=node
+        )
+        tree = test_cluster.client(["scontrol", "show", "topology"]).stdout
+        assert re.search(rf"^SwitchName=nn-leaf2 Level=0 .*Nodes={node}$", tree, re.M), tree
+        assert re.search(r"^SwitchName=nn-leaf1 Level=0 .*Nodes=$", tree, re.M), tree
+        assert re.search(r"^SwitchName=nn-top Level=2 .*Switches=nn-mid$", tree, re.M), tree
