@@ -43,12 +43,14 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_random as random
 
+from gpuforge import hardware
 from gpuforge.components import cluster_rules, node_iam
 from gpuforge.components.input_errors import invalid
 from gpuforge.components.specs import AmiPin, CapacityType, SchedulerSpec
 from gpuforge.components.user_data import ControllerParams, render_controller
 from gpuforge.scheduler import versions
 from gpuforge.scheduler.render import ConfigFile, SlurmCluster, SlurmSite, node_registration, render_files
+from gpuforge.scheduler.topology import NetworkTopology
 
 TOKEN = "gpuforge:scheduler:SlurmController"
 ROLE_TAG = "gpuforge:role"
@@ -94,6 +96,33 @@ def controller_address(subnet_cidr: str) -> str:
 def controller_host(cluster_name: str) -> str:
     """The controller's hostname, the name in SlurmctldHost: `<cluster>-slurmctld`."""
     return f"{cluster_name}-slurmctld"
+
+
+def slurm_cluster(
+    cluster_name: str,
+    *,
+    node_instance_type: hardware.InstanceType,
+    capacity_type: CapacityType,
+    max_nodes: int,
+    scheduler: SchedulerSpec,
+    slurm_version: str,
+    address: str,
+    topology: NetworkTopology | None = None,
+) -> SlurmCluster:
+    """The cluster as Slurm sees it, as the controller renders it: one definition for every renderer.
+
+    `max_nodes` is the node group's largest size; Slurm is allowed MAX_NODES_PER_NODE times as many.
+    """
+    return SlurmCluster(
+        name=cluster_name,
+        instance_type=node_instance_type,
+        capacity_type=capacity_type,
+        max_nodes=max_nodes * MAX_NODES_PER_NODE,
+        scheduler=scheduler,
+        slurm_version=slurm_version,
+        site=SlurmSite(controller_host=controller_host(cluster_name), controller_addr=address),
+        topology=topology,
+    )
 
 
 def check(name: str, scheduler: SchedulerSpec, slurm_version: str | None) -> None:
@@ -174,14 +203,14 @@ class SlurmController(pulumi.ComponentResource):
         self.host = controller_host(args.cluster_name)
 
         def cluster(address: str) -> SlurmCluster:
-            return SlurmCluster(
-                name=args.cluster_name,
-                instance_type=node_type,
+            return slurm_cluster(
+                args.cluster_name,
+                node_instance_type=node_type,
                 capacity_type=args.capacity_type,
-                max_nodes=args.max_nodes * MAX_NODES_PER_NODE,
+                max_nodes=args.max_nodes,
                 scheduler=args.scheduler,
                 slurm_version=args.slurm_version,
-                site=SlurmSite(controller_host=self.host, controller_addr=address),
+                address=address,
             )
 
         planned = pulumi.Output.from_input(args.subnet_cidr).apply(controller_address)

@@ -22,6 +22,11 @@ config:
     storageCapacityGiB: 4800
     throughputPerTiB: 250               # PERSISTENT deployment types only
     s3Path: s3://bucket/prefix          # optional data repository association
+  gpuforge:scheduler:                   # optional: no key, no scheduler (type none)
+    type: slurm                         # slurm | none; slurm needs a matrix that pins slurm
+    controllerInstanceType: m7i.2xlarge # a CPU type: the controller runs no jobs
+    partitions:                         # optional: one `gpu` partition holding every node
+      - {name: gpu, maxTime: "2-00:00:00", default: true}
   gpuforge:catalog: ../../images/catalog.local.json  # optional, relative to the stack directory
 ```
 
@@ -60,13 +65,21 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     StrictStr,
     ValidationError,
 )
 
 from gpuforge.components import cluster_rules
-from gpuforge.components.specs import AmiPin, CapacitySpec, GpuClusterSpec, LustreSpec, NodeMode
+from gpuforge.components.specs import (
+    AmiPin,
+    CapacitySpec,
+    GpuClusterSpec,
+    LustreSpec,
+    NodeMode,
+    SchedulerSpec,
+)
 from gpuforge.errors import InputError
 
 NAMESPACE = "gpuforge"
@@ -82,6 +95,7 @@ _KEY_KINDS: dict[str, Literal["str", "json"]] = {
     "availabilityZone": "str",
     "capacity": "json",
     "lustre": "json",
+    "scheduler": "json",
     "catalog": "str",
 }
 KNOWN_KEYS: tuple[str, ...] = tuple(f"{NAMESPACE}:{key}" for key in _KEY_KINDS)
@@ -115,6 +129,22 @@ class _LustreKeys(_Strict):
     s3_path: StrictStr | None = Field(default=None, alias="s3Path")
 
 
+class _PartitionKeys(_Strict):
+    """One entry of `gpuforge:scheduler.partitions` as written; the rules are PartitionSpec's."""
+
+    name: StrictStr
+    max_time: StrictStr | None = Field(default=None, alias="maxTime")
+    default: StrictBool = False
+
+
+class _SchedulerKeys(_Strict):
+    """`gpuforge:scheduler` as written; the rules are SchedulerSpec's."""
+
+    type: StrictStr
+    controller_instance_type: StrictStr | None = Field(default=None, alias="controllerInstanceType")
+    partitions: list[_PartitionKeys] = Field(default_factory=list)
+
+
 class _GpuforgeKeys(_Strict):
     """The `gpuforge:` keys as decoded values; field names are the keys without namespace."""
 
@@ -125,15 +155,18 @@ class _GpuforgeKeys(_Strict):
     availabilityZone: StrictStr = Field(min_length=1)
     capacity: _CapacityKeys
     lustre: _LustreKeys | None = None
+    scheduler: _SchedulerKeys | None = None
     catalog: StrictStr | None = Field(default=None, min_length=1)
 
 
 class StackConfig(BaseModel):
     """One stack's validated settings; paths are absolute.
 
-    `capacity` and `lustre` are the cluster component's own specs, so every rule they
-    carry (reservation ids, Capacity Block dates, Lustre sizes and throughput) has
-    already been checked.
+    `capacity`, `lustre` and `scheduler` are the cluster component's own specs, so every
+    rule they carry (reservation ids, Capacity Block dates, Lustre sizes and throughput,
+    partition names) has already been checked. `slurm_version` is the matrix's
+    `slurm.version` when the scheduler is Slurm (None otherwise): the Slurm the image
+    carries, for which the cluster's Slurm config is rendered.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -150,6 +183,8 @@ class StackConfig(BaseModel):
     region: str
     capacity: CapacitySpec
     lustre: LustreSpec | None
+    scheduler: SchedulerSpec
+    slurm_version: str | None
     catalog_path: Path | None  # None: the default catalog (gpuforge.images.catalog.DEFAULT_CATALOG)
     engine_values: dict[str, str]  # every config key as the engine hands it to the program
 
@@ -334,11 +369,20 @@ def _config_field_names() -> dict[str, str]:
     for key, model, spec in (
         ("capacity", _CapacityKeys, "CapacitySpec"),
         ("lustre", _LustreKeys, "LustreSpec"),
+        ("scheduler", _SchedulerKeys, "SchedulerSpec"),
+        ("scheduler.partitions", _PartitionKeys, "PartitionSpec"),
     ):
         for field, info in model.model_fields.items():
-            written = f"{NAMESPACE}:{key}.{info.alias or field}"
+            alias = info.alias or field
+            written = f"{NAMESPACE}:{key}.{alias}"
             names[f"{spec}.{field}"] = written
             names[f"{key}.{field}"] = written
+            if key.startswith("scheduler"):
+                # SchedulerSpec's messages spell the keys as written (scheduler.controllerInstanceType).
+                names[f"{key}.{alias}"] = written
+    # PartitionSpec names its fields without the block (partitions.name, partitions.maxTime).
+    for field, info in _PartitionKeys.model_fields.items():
+        names[f"partitions.{info.alias or field}"] = f"{NAMESPACE}:scheduler.partitions.{info.alias or field}"
     for field, key in (
         ("instance_type", "instanceType"),
         ("node_count", "nodeCount"),
@@ -418,6 +462,15 @@ def parse_engine_values(
         if lustre_keys is None
         else _component_rule(source, f"{NAMESPACE}:lustre", lambda: LustreSpec(**lustre_keys.model_dump()))
     )
+    scheduler_keys = keys.scheduler
+    scheduler = (
+        SchedulerSpec(type="none")
+        if scheduler_keys is None
+        else _component_rule(
+            source, f"{NAMESPACE}:scheduler", lambda: SchedulerSpec(**scheduler_keys.model_dump())
+        )
+    )
+    slurm_version = _slurm_version(source, matrix_path) if scheduler.type == "slurm" else None
     return StackConfig(
         project=project,
         stack=stack,
@@ -431,9 +484,34 @@ def parse_engine_values(
         region=region,
         capacity=capacity,
         lustre=lustre,
+        scheduler=scheduler,
+        slurm_version=slurm_version,
         catalog_path=_resolve(stack_dir, keys.catalog) if keys.catalog is not None else None,
         engine_values=dict(values),
     )
+
+
+def _slurm_version(source: str, matrix_path: Path) -> str | None:
+    """The Slurm a `type: slurm` cluster runs: the matrix's `slurm.version`; an error if it pins none.
+
+    A matrix whose shape is invalid gives None here: `resolve_ami` then reports all of its
+    findings, before any cluster is built.
+    """
+    from gpuforge.images.matrix import Matrix, read_yaml
+
+    try:
+        matrix = Matrix.model_validate(read_yaml(matrix_path))
+    except ValidationError:
+        return None
+    if matrix.slurm is None:
+        raise InputError(
+            f"{source}: {NAMESPACE}:scheduler.type = 'slurm', but {NAMESPACE}:matrix {display_path(matrix_path)} "
+            "pins no Slurm (it has no `slurm:` block), so its image has neither slurmctld nor slurmd. Fix: add "
+            "`slurm: {version, sha256, url}` and `pmix: {version, sha256, url}` to the matrix (as "
+            "images/matrices/p5-h100-cuda12.yaml does) and build its image again, or set "
+            f"{NAMESPACE}:scheduler.type: none."
+        )
+    return matrix.slurm.version
 
 
 def cluster_spec(config: StackConfig, ami: AmiPin) -> GpuClusterSpec:
@@ -453,6 +531,7 @@ def cluster_spec(config: StackConfig, ami: AmiPin) -> GpuClusterSpec:
             ami=ami,
             capacity=config.capacity,
             lustre=config.lustre,
+            scheduler=config.scheduler,
         ),
     )
 

@@ -5,6 +5,10 @@ templates and instances. An instance launched from a template takes every settin
 it leaves unset from the template, and the template is checked on its own; so a
 setting an instance leaves to its template is the template's business, not the
 instance's.
+
+The Slurm controller is an instance too (SlurmController tags it
+`gpuforge:role = slurm-controller`, without a launch template): it gets every node
+rule, except that its CPU type need not be in the GPU hardware catalog.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from typing import Any
 
 from pulumi_policy import ResourceValidationArgs
 
+from gpuforge.components.slurm_controller import CONTROLLER_ROLE, ROLE_TAG
 from gpuforge.policies import aws_types
-from gpuforge.policies.props import at, is_set, snake
+from gpuforge.policies.props import at, is_set, snake, text
 
 # Where each setting lives, by resource type (camelCased, as the engine sends props).
 AMI_FIELD = {aws_types.LAUNCH_TEMPLATE: "imageId", aws_types.INSTANCE: "ami"}
@@ -41,6 +46,15 @@ class NodeSettings:
     def from_template(self) -> bool:
         """An instance launched from a launch template."""
         return self.resource_type == aws_types.INSTANCE and is_set(at(self.props, "launchTemplate"))
+
+    @property
+    def is_slurm_controller(self) -> bool:
+        """An instance of its own (no launch template) tagged as the cluster's Slurm controller."""
+        return (
+            self.resource_type == aws_types.INSTANCE
+            and not self.from_template
+            and text(self.get("tags", ROLE_TAG)) == CONTROLLER_ROLE
+        )
 
     def get(self, *path: str) -> Any:
         return at(self.props, *path)

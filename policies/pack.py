@@ -21,6 +21,7 @@ from gpuforge.policies.rules_nodes import (
     P_FAMILY_CAPACITY,
 )
 from gpuforge.policies.rules_placement import EFA_PLACEMENT
+from gpuforge.policies.rules_scheduler import SLURM_CONTROLLER_CPU
 from gpuforge.policies.rules_security_groups import EFA_SECURITY_GROUP, NODE_OPEN_INGRESS
 from gpuforge.policies.rules_storage import FSX_S3_LINK, FSX_SUBNET, S3_BUCKET_PROTECTION
 from gpuforge.policies.rules_tags import COST_ALLOCATION_TAGS
@@ -48,4 +49,5 @@ POLICIES: Final[list[Policy]] = [
     P_FAMILY_CAPACITY,
     COST_ALLOCATION_TAGS,
     DRIVER_BRANCH_EOL,
+    SLURM_CONTROLLER_CPU,
 ]

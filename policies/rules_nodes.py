@@ -143,7 +143,10 @@ def validate_efa_interfaces(args: ResourceValidationArgs, report: ReportViolatio
     try:
         instance = hardware.get(str(type_name))
     except UnknownInstanceType as error:
-        report(f"cannot check the EFA interfaces: {error.message}", None)
+        # The hardware catalog holds GPU types; the Slurm controller's CPU type has no EFA to check
+        # (slurm-controller-cpu warns when a controller is given a GPU type).
+        if not node.is_slurm_controller:
+            report(f"cannot check the EFA interfaces: {error.message}", None)
         return
     if not (instance.efa_supported and instance.efa_cards):
         return

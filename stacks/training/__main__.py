@@ -17,9 +17,12 @@ from gpuforge.stack_config import cluster_spec, resolve_ami, stack_config_from_p
 try:
     config = stack_config_from_pulumi(Path(__file__).resolve().parent)
     ami = resolve_ami(config)
-    cluster = GpuCluster(config.stack, cluster_spec(config, ami))
+    # The Slurm config is rendered for the Slurm the image carries (the matrix's slurm.version).
+    cluster = GpuCluster(config.stack, cluster_spec(config, ami), slurm_version=config.slurm_version)
 except GpuforgeError as error:
     # RunError ends the update with the message alone: bad input gets no traceback.
     raise pulumi.RunError(error.message) from error
 
 pulumi.export("summary", cluster.summary)
+# The rendered Slurm files by name ({} without Slurm): `pulumi stack output slurm_config`.
+pulumi.export("slurm_config", cluster.slurm_config)

@@ -28,7 +28,7 @@ from pulumi.runtime.mocks import MockResourceArgs
 
 from gpuforge.components import AmiPin, GpuCluster, GpuClusterSpec
 from gpuforge.images.catalog import CatalogEntry, record_entry
-from gpuforge.images.matrix import check_file
+from gpuforge.images.matrix import check_file, load_valid
 from gpuforge.policies.rules_ami import image_policy_config
 from gpuforge.policies.runner import Verdict, run_policies
 from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedResource, RecordingMonitor
@@ -38,6 +38,16 @@ SHIPPED_MATRICES = REPO / "images" / "matrices"
 REGION = "us-east-1"
 # A fixed "now" for Capacity Block schedules, so the tests do not age.
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def _shipped_slurm() -> str:
+    """The Slurm the shipped p5 image carries: what a stack passes a Slurm cluster (its matrix's slurm.version)."""
+    matrix, _ = load_valid(SHIPPED_MATRICES / "p5-h100-cuda12.yaml")
+    assert matrix.slurm is not None, "the shipped p5 matrix pins Slurm"
+    return matrix.slurm.version
+
+
+SLURM_VERSION = _shipped_slurm()
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 INSTANCE = "aws:ec2/instance:Instance"
@@ -111,9 +121,16 @@ def edit(token: str, *, name_suffix: str = "", **changes: Any) -> pulumi.Resourc
 def cluster(
     spec: GpuClusterSpec, *transformations: pulumi.ResourceTransformation
 ) -> Callable[[], GpuCluster]:
-    """A program that builds one GpuCluster, with `transformations` applied to its resources."""
+    """A program that builds one GpuCluster, with `transformations` applied to its resources.
+
+    A Slurm cluster gets the shipped images' Slurm version, as the stack program passes it.
+    """
     return lambda: GpuCluster(
-        spec.name, spec, pulumi.ResourceOptions(transformations=list(transformations)), now=NOW
+        spec.name,
+        spec,
+        pulumi.ResourceOptions(transformations=list(transformations)),
+        now=NOW,
+        slurm_version=SLURM_VERSION if spec.scheduler.type == "slurm" else None,
     )
 
 

@@ -45,7 +45,7 @@ MANDATORY = {
     "fsx-s3-link",
     "s3-bucket-protection",
 }
-ADVISORY = {"p-family-capacity", "cost-allocation-tags", "driver-branch-eol"}
+ADVISORY = {"p-family-capacity", "cost-allocation-tags", "driver-branch-eol", "slurm-controller-cpu"}
 STARTUP_TIMEOUT_S = 30.0
 RPC_TIMEOUT_S = 30.0
 
