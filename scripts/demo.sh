@@ -2,7 +2,8 @@
 # The whole gpuforge flow on a fresh machine, with no AWS account:
 #   check the shipped image matrices, build the p5-prod stack's image with real packer
 #   against a local AWS emulator on 127.0.0.1, then plan the p5-prod training stack
-#   offline against that image and print the cluster summary and policy verdicts.
+#   offline against that image and print the cluster summary and policy verdicts, then
+#   render the Slurm config its controller serves.
 # Usage: scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,11 +33,19 @@ print(config.matrix_path.relative_to(Path.cwd()), config.region)
 )"
 read -r matrix region <<<"$settings"
 
-step "1/3 Checking every shipped image matrix: exact pins, and each compatibility rule with its source (gpuforge matrix check)"
+step "1/4 Checking every shipped image matrix: exact pins, and each compatibility rule with its source (gpuforge matrix check)"
 "$gpuforge" matrix check images/matrices/*.yaml
 
-step "2/3 Building the ${stack} stack's image from ${matrix} for ${region}: real packer against the AWS emulator on 127.0.0.1, recorded in ${local_catalog}"
+step "2/4 Building the ${stack} stack's image from ${matrix} for ${region}: real packer against the AWS emulator on 127.0.0.1, recorded in ${local_catalog}"
 "$gpuforge" image build "$matrix" --region "$region" --local
 
-step "3/3 Planning ${stack_dir} --stack ${stack}: its own Pulumi program under the SDK's mocks, with the AMI from ${local_catalog}, checked by the policy pack"
+step "3/4 Planning ${stack_dir} --stack ${stack}: its own Pulumi program under the SDK's mocks, with the AMI from ${local_catalog}, checked by the policy pack"
 "$gpuforge" plan "$stack_dir" --stack "$stack" --catalog "$local_catalog"
+
+slurm_dir=.gpuforge/slurm/${stack}
+step "4/4 Rendering the Slurm config the ${stack} controller serves to its nodes (gpuforge scheduler render), into ${slurm_dir}"
+"$gpuforge" scheduler render "$stack_dir" --stack "$stack" --out "$slurm_dir"
+for file in slurm.conf gres.conf; do
+    printf '\n--- %s\n' "$slurm_dir/$file"
+    cat "$slurm_dir/$file"
+done
