@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from gpuforge import hardware
 from gpuforge.components.network import private_subnet_block
-from gpuforge.components.slurm_controller import MAX_NODES_PER_NODE, controller_address, controller_host
+from gpuforge.components.slurm_controller import controller_address, slurm_cluster
 from gpuforge.components.specs import NetworkSpec
 from gpuforge.errors import InputError
-from gpuforge.scheduler.render import SlurmCluster, SlurmSite
+from gpuforge.scheduler.render import SlurmCluster
 from gpuforge.scheduler.topology import NetworkTopology
 from gpuforge.stack_config import NAMESPACE, StackConfig, display_path
 
@@ -33,14 +33,13 @@ def stack_cluster(
             f"{config.slurm_version}, and its image has that Slurm only. Fix: render for {config.slurm_version}, "
             "or pin the version you want in the matrix (slurm.version, .sha256, .url), check it and rebuild the image."
         )
-    address = controller_address(str(private_subnet_block(NetworkSpec().vpc_cidr)))
-    return SlurmCluster(
-        name=config.stack,
-        instance_type=hardware.get(config.instance_type),
+    return slurm_cluster(
+        config.stack,
+        node_instance_type=hardware.get(config.instance_type),
         capacity_type=config.capacity.type,
-        max_nodes=config.node_count * MAX_NODES_PER_NODE,
+        max_nodes=config.node_count,
         scheduler=config.scheduler,
         slurm_version=config.slurm_version,
-        site=SlurmSite(controller_host=controller_host(config.stack), controller_addr=address),
+        address=controller_address(str(private_subnet_block(NetworkSpec().vpc_cidr))),
         topology=topology,
     )
