@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Literal
 from packaging.version import Version
 
 from gpuforge import hardware
+from gpuforge.errors import InputError
 from gpuforge.scheduler import versions
 from gpuforge.scheduler.topology import NetworkTopology
 
@@ -43,6 +44,9 @@ TOPOLOGY_NAME = "default"
 # dynamic node's name is not known before it boots. Source:
 # https://slurm.schedmd.com/dynamic_nodes.html (partitions and nodesets with Feature=).
 NODESET = "gpunodes"
+# Slurm kills the HealthCheckProgram after this long (its default HealthCheckTimeout).
+# Source: https://slurm.schedmd.com/slurm.conf.html#OPT_HealthCheckProgram
+HEALTH_CHECK_TIMEOUT_S = 60
 
 ConfigFile = Literal["slurm.conf", "gres.conf", "cgroup.conf", "topology.conf"]
 
@@ -69,6 +73,16 @@ class SlurmSite:
     gpu_device_prefix: str = "/dev/nvidia"
     health_check_program: str = "/usr/local/sbin/gpuforge-slurm-healthcheck"
     health_check_interval_s: int = 300
+
+    def __post_init__(self) -> None:
+        # slurmd 26.05.5 refuses to start with "HealthCheckTimeout (60) must be less than
+        # HealthCheckInterval" (seen running the rendered config in tests/scheduler).
+        if self.health_check_interval_s <= HEALTH_CHECK_TIMEOUT_S:
+            raise InputError(
+                f"health_check_interval_s = {self.health_check_interval_s}: slurmd needs HealthCheckInterval "
+                f"above HealthCheckTimeout ({HEALTH_CHECK_TIMEOUT_S} s, the time Slurm gives the health check). "
+                f"Fix: use more than {HEALTH_CHECK_TIMEOUT_S} seconds (gpuforge's default is 300)."
+            )
 
 
 @dataclass(frozen=True)

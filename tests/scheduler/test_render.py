@@ -227,3 +227,8 @@ def test_render_command_refuses_a_stack_without_slurm(
 ) -> None:
     assert main(["scheduler", "render", str(STACKS), "--stack", "dev", "--out", str(tmp_path)]) == 2
     assert "has no Slurm scheduler" in capsys.readouterr().err
+
+
+def test_a_health_check_interval_slurmd_refuses_is_refused() -> None:
+    with pytest.raises(InputError, match="above HealthCheckTimeout"):
+        SlurmSite(controller_host="h", controller_addr="10.0.0.10", health_check_interval_s=60)
