@@ -2,7 +2,7 @@
 
 `GpuCluster` builds a whole cluster from one `GpuClusterSpec`; the parts are
 usable on their own: `ClusterNetwork`, `Placement`, `GpuNodeGroup`,
-`LustreStorage`, `DataBucket`. Every component validates its inputs at
+`LustreStorage`, `DataBucket`, `SlurmController`. Every component validates its inputs at
 construction and raises `gpuforge.errors.InputError` naming the input and the fix.
 """
 
@@ -11,8 +11,9 @@ from gpuforge.components.cluster import GpuCluster
 from gpuforge.components.efa_layout import InterfaceSlot, interface_layout
 from gpuforge.components.lustre import LustreStorage, LustreStorageArgs
 from gpuforge.components.network import ClusterNetwork, ClusterNetworkArgs
-from gpuforge.components.nodes import FileSystemMount, GpuNodeGroup, GpuNodeGroupArgs
+from gpuforge.components.nodes import FileSystemMount, GpuNodeGroup, GpuNodeGroupArgs, SlurmMembership
 from gpuforge.components.placement import Placement, PlacementArgs
+from gpuforge.components.slurm_controller import SlurmController, SlurmControllerArgs
 from gpuforge.components.specs import (
     AmiPin,
     BucketSpec,
@@ -20,6 +21,8 @@ from gpuforge.components.specs import (
     GpuClusterSpec,
     LustreSpec,
     NetworkSpec,
+    PartitionSpec,
+    SchedulerSpec,
 )
 
 __all__ = [
@@ -40,7 +43,12 @@ __all__ = [
     "LustreStorage",
     "LustreStorageArgs",
     "NetworkSpec",
+    "PartitionSpec",
     "Placement",
     "PlacementArgs",
+    "SchedulerSpec",
+    "SlurmController",
+    "SlurmControllerArgs",
+    "SlurmMembership",
     "interface_layout",
 ]

@@ -1,4 +1,4 @@
-"""`gpuforge plan STACK_DIR --stack NAME [--catalog PATH] [--json]`.
+"""`gpuforge plan STACK_DIR --stack NAME [--catalog PATH] [--json | --slurm-conf]`.
 
 Exit codes: 0 when no mandatory policy fails, 1 when one does, 2 for bad config
 (an InputError from the config, the catalog or the program, through gpuforge.cli).
@@ -26,7 +26,17 @@ def register(subparsers: Any) -> None:
         "Pulumi SDK's mocks: no AWS account, Pulumi CLI or provider plugin.",
     )
     add_stack_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the plan as one JSON document")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument(
+        "--json",
+        action="store_true",
+        help="print the plan as one JSON document (the rendered Slurm files are under scheduler.files)",
+    )
+    output.add_argument(
+        "--slurm-conf",
+        action="store_true",
+        help="after the plan, print the slurm.conf the Slurm controller is given",
+    )
     parser.set_defaults(handler=_plan)
 
 
@@ -38,5 +48,5 @@ def _plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan_document(result), indent=2))
     else:
-        print(render_text(result))
+        print(render_text(result, slurm_conf=args.slurm_conf))
     return EXIT_POLICY_FAILED if result.mandatory_failures else EXIT_OK

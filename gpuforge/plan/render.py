@@ -8,11 +8,17 @@ The JSON shape is a contract (scripts and CI read it):
      "image": {"region": str, "catalog": str},                      # where it was resolved
      "resources": [{"urn", "type", "name", "parent", "inputs"}],   # sorted by URN
      "summary": {...},                                              # GpuCluster.summary
-     "policies": [{"policy", "enforcement", "urn", "message"}]}
+     "policies": [{"policy", "enforcement", "urn", "message"}],
+     "scheduler": {"type", "slurm_version", "controller_instance_type",
+                   "controller_host", "controller_address",
+                   "partitions": [{"name", "max_time", "default"}],
+                   "files": {name: text}}}                          # the rendered Slurm files
 
 `inputs` are the registration's inputs as the engine receives them (camelCased
 keys, numbers as floats); `parent` is the parent's URN (the root Stack's for
-top-level resources).
+top-level resources). `scheduler` is the summary's `scheduler` with the files the
+controller serves (the program's `slurm_config` output); without Slurm its type is
+`none`, its other values null and its partitions and files empty.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
         "resources": [_resource(resource) for resource in resources],
         "summary": _plain(plan.summary),
         "policies": [asdict(verdict) for verdict in plan.verdicts],
+        "scheduler": {**_plain(plan.summary["scheduler"]), "files": dict(plan.slurm_config)},
     }
 
 
@@ -68,11 +75,30 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def render_text(plan: Plan) -> str:
-    """The plan for a person: header, resource tree, summary, policy verdicts, result."""
+def render_text(plan: Plan, *, slurm_conf: bool = False) -> str:
+    """The plan for a person: header, resource tree, summary, policy verdicts, result.
+
+    With `slurm_conf`, the rendered slurm.conf follows, as written to the controller.
+    """
     lines = [*_header(plan), "", *_tree(plan), "", *summary_lines(plan.summary), "", *_policies(plan), ""]
     lines.append(_result(plan))
+    if slurm_conf:
+        lines += ["", *_slurm_conf(plan)]
     return "\n".join(lines)
+
+
+def _slurm_conf(plan: Plan) -> list[str]:
+    text = plan.slurm_config.get("slurm.conf")
+    if text is None:
+        return [
+            "slurm.conf: none; the stack has no Slurm scheduler. Fix: set gpuforge:scheduler "
+            "(type: slurm, controllerInstanceType) in the stack file to give it one."
+        ]
+    scheduler = plan.summary["scheduler"]
+    return [
+        f"slurm.conf (served by {scheduler['controller_host']} at {scheduler['controller_address']}):",
+        text.rstrip("\n"),
+    ]
 
 
 def _header(plan: Plan) -> list[str]:
@@ -130,8 +156,23 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         f"  Lustre     {_lustre(summary['lustre'])}",
         f"  placement  {_placement(placement, capacity)}",
         f"  capacity   {_capacity(capacity)}",
+        f"  scheduler  {_scheduler(summary['scheduler'])}",
         f"  AMI        {ami['id']} ({ami['region']}), matrix {ami['matrix_name']} {ami['matrix_version']}",
     ]
+
+
+def _scheduler(scheduler: Mapping[str, Any]) -> str:
+    if scheduler["type"] != "slurm":
+        return "none"
+    partitions = ", ".join(
+        f"{partition['name']} ({'default, ' if partition['default'] else ''}"
+        f"max time {partition['max_time'] or 'unlimited'})"
+        for partition in scheduler["partitions"]
+    )
+    return (
+        f"Slurm {scheduler['slurm_version']}, controller {scheduler['controller_instance_type']} "
+        f"{scheduler['controller_host']} at {scheduler['controller_address']}; partitions {partitions}"
+    )
 
 
 def _schedule(capacity: Mapping[str, Any]) -> str:

@@ -30,6 +30,12 @@ class Plan:
         return summary
 
     @property
+    def slurm_config(self) -> Mapping[str, str]:
+        """The rendered Slurm files by name, as the program exported them ({} without Slurm)."""
+        files: Mapping[str, str] = self.run.outputs.get("slurm_config") or {}
+        return files
+
+    @property
     def mandatory_failures(self) -> tuple[Verdict, ...]:
         return tuple(verdict for verdict in self.verdicts if verdict.enforcement == "mandatory")
 

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from gpuforge import hardware
 from gpuforge.components import user_data
-from gpuforge.components.user_data import FsxMount, UserDataParams, render
+from gpuforge.components.user_data import (
+    ControllerParams,
+    FsxMount,
+    SlurmJoin,
+    UserDataParams,
+    render,
+    render_controller,
+)
 
 FSX = FsxMount(dns_name="fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com", mount_name="abcdefgh")
 NODE_CHECK = (
@@ -109,3 +119,90 @@ def test_a_failed_step_does_not_stop_the_health_check(tmp_path: Path) -> None:
 def test_values_are_shell_quoted() -> None:
     script = render(UserDataParams("demo", "p5.48xlarge", 8, FsxMount("fs.example", "a b$(x)"), True))
     assert "readonly FSX_MOUNT_NAME='a b$(x)'\n" in script
+
+
+JOIN = SlurmJoin(
+    conf_server="10.0.0.10:6817",
+    registration="CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 ThreadsPerCore=2 RealMemory=1968128 "
+    "Gres=gpu:h100:8 Feature=p5.48xlarge,capacity-block,h100",
+    key_secret_arn="arn:aws:secretsmanager:us-east-1:123456789012:secret:demo-slurm-key-secret-AbCdEf",
+)
+CONTROLLER = ControllerParams(
+    cluster="demo",
+    host="demo-slurmctld",
+    address="10.0.0.10",
+    state_volume_id="vol-0123456789abcdef0",
+    state_dir="/var/spool/slurmctld",
+    key_secret_arn=JOIN.key_secret_arn,
+    files={
+        "slurm.conf": "ClusterName=demo\nSlurmctldHost=demo-slurmctld(10.0.0.10)\n",
+        "gres.conf": "AutoDetect=off\n",
+    },
+)
+
+
+def test_slurm_variants_and_the_controller_are_valid_bash(tmp_path: Path) -> None:
+    scripts = [render(UserDataParams("demo", "p5.48xlarge", 8, fsx, asg, JOIN)) for fsx, asg in VARIANTS]
+    scripts.append(render_controller(CONTROLLER))
+    lint(scripts, tmp_path)
+    for script in scripts[:-1]:
+        assert "    step join_slurm\n" in script
+        assert script.index("    step run_node_check\n") < script.index("    step join_slurm\n")
+    assert "join_slurm" not in render(UserDataParams("demo", "p5.48xlarge", 8, FSX, True))
+
+
+def test_the_slurmd_options_survive_systemd_s_quoting(tmp_path: Path) -> None:
+    """Run the script's own join_slurm with stand-ins for IMDS, the key fetch and systemctl.
+
+    systemd reads /etc/default/slurmd and splits $SLURMD_OPTIONS on unquoted spaces, removing the quotes;
+    Python's shlex splits the same way, so --conf must come back as one argument.
+    """
+    script = render(UserDataParams("demo", "p5.48xlarge", 8, None, True, JOIN))
+    body = script[script.index("write_file() {") : script.index("\nmain() {")]
+    defaults, passed = tmp_path / "slurmd", tmp_path / "passed"
+    passed.touch()
+    probe = (
+        "#!/bin/bash\nset -euo pipefail\nreadonly LOG_TAG=probe\n"
+        + f"readonly NODE_CHECK_PASSED={passed}\nreadonly SLURMD_DEFAULTS={defaults}\n"
+        + f"readonly SLURMD_DROP_IN={tmp_path}/drop-in.conf\nreadonly SLURM_LEAVE_UNIT={tmp_path}/leave.service\n"
+        + "readonly SCONTROL=/usr/bin/scontrol\n"
+        + f"readonly SLURM_CONF_SERVER={JOIN.conf_server}\nreadonly SLURM_NODE_CONF='{JOIN.registration}'\n"
+        + user_data._COMMON
+        + body
+        + "fetch_slurm_key() { :; }\nimds() { echo i-0123456789abcdef0; }\nsystemctl() { :; }\njoin_slurm\n"
+    )
+    path = tmp_path / "probe.sh"
+    path.write_text(probe)
+    subprocess.run(["bash", str(path)], check=True, timeout=30)
+    line = defaults.read_text()
+    assert line.startswith('SLURMD_OPTIONS="') and line.endswith('"\n')
+    assert shlex.split(line[len('SLURMD_OPTIONS="') : -2]) == [
+        "-Z",
+        "-N",
+        "i-0123456789abcdef0",
+        "--conf-server",
+        "10.0.0.10:6817",
+        "--conf",
+        JOIN.registration,
+    ]
+    leave = (tmp_path / "leave.service").read_text()
+    assert "ExecStop=-/usr/bin/scontrol delete nodename=i-0123456789abcdef0\n" in leave
+    assert "After=slurmd.service network-online.target\n" in leave
+    assert f"ConditionPathExists={passed}\n" in (tmp_path / "drop-in.conf").read_text()
+
+
+def test_options_slurmd_cannot_carry_are_refused() -> None:
+    bad = dataclasses.replace(JOIN, registration="Feature='x'")
+    with pytest.raises(ValueError, match="registration"):
+        render(UserDataParams("demo", "p5.48xlarge", 8, None, True, bad))
+
+
+def test_the_controller_starts_slurmctld_only_when_every_step_before_succeeded() -> None:
+    script = render_controller(CONTROLLER)
+    assert "if ((${#FAILED_STEPS[@]} == 0)); then\n        step start_slurmctld\n" in script
+    assert (
+        "readonly SLURM_CONF_TEXT='ClusterName=demo\nSlurmctldHost=demo-slurmctld(10.0.0.10)\n'\n" in script
+    )
+    assert "preserve_hostname: true" in script
+    with pytest.raises(ValueError, match="files is empty"):
+        render_controller(dataclasses.replace(CONTROLLER, files={}))
