@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -248,3 +249,92 @@ def test_malformed_stack_files_are_input_errors(tmp_path: Path, raw: str) -> Non
 def test_engine_config_turns_values_into_engine_strings(tmp_path: Path) -> None:
     values = engine_config(tmp_path / "f.yaml", {"a:b": 3, "a:c": "x", "a:d": {"k": [1, True]}})
     assert values == {"a:b": "3", "a:c": "x", "a:d": '{"k": [1, true]}'}
+
+
+SLURM = {"type": "slurm", "controllerInstanceType": "m7i.2xlarge"}
+
+
+def test_no_scheduler_key_means_no_scheduler(tmp_path: Path) -> None:
+    config = load_stack_config(_stack(tmp_path, _config()), "test")
+    assert config.scheduler.type == "none"
+    assert config.slurm_version is None
+
+
+def test_the_scheduler_block_and_the_matrix_s_slurm(tmp_path: Path) -> None:
+    block = {
+        **SLURM,
+        "partitions": [{"name": "gpu", "maxTime": "2-00:00:00", "default": True}, {"name": "debug"}],
+    }
+    config = load_stack_config(_stack(tmp_path, _config(**{"gpuforge:scheduler": block})), "test")
+    assert config.scheduler.type == "slurm"
+    assert config.scheduler.controller_instance_type == "m7i.2xlarge"
+    assert [(p.name, p.max_time, p.default) for p in config.scheduler.partitions] == [
+        ("gpu", "2-00:00:00", True),
+        ("debug", None, False),
+    ]
+    assert config.slurm_version == yaml.safe_load(MATRIX.read_text(encoding="utf-8"))["slurm"]["version"]
+    # The engine hands the block over as JSON text, like gpuforge:capacity.
+    assert json.loads(config.engine_values["gpuforge:scheduler"]) == block
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"),
+    [
+        (
+            {**SLURM, "partitions": [{"name": "a"}, {"name": "a"}]},
+            "gpuforge:scheduler.partitions = ['a', 'a']",
+        ),
+        (
+            {**SLURM, "partitions": [{"name": "two words"}]},
+            "gpuforge:scheduler.partitions.name = 'two words'",
+        ),
+        (
+            {**SLURM, "partitions": [{"name": "a", "maxTime": "soon"}]},
+            "gpuforge:scheduler.partitions.maxTime",
+        ),
+        (
+            {**SLURM, "partitions": [{"name": "a", "default": "yes"}]},
+            "gpuforge:scheduler.partitions.0.default",
+        ),
+        (
+            {**SLURM, "partitions": [{"name": "a", "default": True}, {"name": "b", "default": True}]},
+            "at most one",
+        ),
+        ({**SLURM, "nodes": 3}, "gpuforge:scheduler.nodes: unknown key"),
+        ({"type": "slurm"}, "gpuforge:scheduler.controllerInstanceType = None"),
+        ({**SLURM, "controllerInstanceType": "big"}, "gpuforge:scheduler.controllerInstanceType = 'big'"),
+        ({"type": "none", "controllerInstanceType": "m7i.2xlarge"}, "gpuforge:scheduler"),
+        ({"type": "lsf"}, "gpuforge:scheduler.type = 'lsf'"),
+        ("slurm", "gpuforge:scheduler = 'slurm'"),
+    ],
+)
+def test_bad_scheduler_blocks_name_file_and_key(tmp_path: Path, block: Any, expected: str) -> None:
+    message = _error(tmp_path, _config(**{"gpuforge:scheduler": block}))
+    assert str(tmp_path / "Pulumi.test.yaml") in message
+    assert expected in message and "Fix:" in message
+
+
+def test_slurm_needs_a_matrix_that_pins_slurm(tmp_path: Path) -> None:
+    data = yaml.safe_load(MATRIX.read_text(encoding="utf-8"))
+    del data["slurm"], data["pmix"]
+    matrix = tmp_path / "no-slurm.yaml"
+    matrix.write_text(yaml.safe_dump(data), encoding="utf-8")
+    message = _error(tmp_path, _config(**{"gpuforge:matrix": str(matrix), "gpuforge:scheduler": SLURM}))
+    assert "gpuforge:scheduler.type = 'slurm', but gpuforge:matrix" in message
+    assert "no-slurm.yaml pins no Slurm" in message and "or set gpuforge:scheduler.type: none" in message
+    # Without Slurm the same matrix is fine.
+    assert load_stack_config(_stack(tmp_path, _config(**{"gpuforge:matrix": str(matrix)})), "test")
+
+
+def test_the_stack_names_pulumi_random_at_gpuforge_s_pin() -> None:
+    pins = [
+        line
+        for line in tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+            "dependencies"
+        ]
+        if line.startswith("pulumi-random")
+    ]
+    requirements = (
+        (REPO / "stacks" / "training" / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    )
+    assert pins and [line for line in requirements if line.startswith("pulumi-random")] == pins
