@@ -76,6 +76,7 @@ class InstanceType:
     placement_strategies: tuple[str, ...]
     nvswitch: bool
     needs_nvlsm: bool
+    topology_layers: int  # network nodes DescribeInstanceTopology reports; 0: the type has no topology
     source: str
     platform_source: str
     layout_source: str
@@ -165,6 +166,7 @@ def _row(name: str, raw: Mapping[str, Any], default_source: str) -> InstanceType
         placement_strategies=tuple(aws["placement_strategies"]),
         nvswitch=bool(platform["nvswitch"]),
         needs_nvlsm=bool(platform["needs_nvlsm"]),
+        topology_layers=int(platform["topology_layers"]),
         source=raw.get("source", default_source),
         platform_source=platform["source"],
         layout_source=platform["layout_source"],
