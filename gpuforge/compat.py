@@ -140,6 +140,20 @@ class AwsOfiNccl(Sourced):
     min_for_instance_type: dict[str, PluginFloor]
 
 
+class DcgmBuild(Sourced):
+    """The CUDA majors one DCGM release (and those after it, up to the next row) builds packages for."""
+
+    dcgm: str
+    cuda_majors: list[str]
+
+
+class Dcgm(_Strict):
+    """DCGM 4's per-CUDA-major packages, and whose CUDA major picks the package (the driver's)."""
+
+    package_major_source: str
+    cuda_builds: list[DcgmBuild]
+
+
 class Compat(_Strict):
     schema_: int = 1
     cuda_toolkits: CudaToolkits
@@ -153,6 +167,7 @@ class Compat(_Strict):
     nccl: Nccl
     efa_installer: EfaInstaller
     aws_ofi_nccl: AwsOfiNccl
+    dcgm: Dcgm
     dcgm_exporter: SourcedRule
 
 
@@ -187,3 +202,17 @@ def release_version(version: str) -> Version:
 def driver_branch(driver: str) -> str:
     """The branch of a driver version: `580.95.05` -> `580`."""
     return driver.split(".", 1)[0]
+
+
+def driver_cuda_major(driver: str, data: Compat) -> int | None:
+    """The CUDA major of the user-mode driver that ships with `driver` (what `nvidia-smi` reports).
+
+    It is the major of the newest toolkit in NVIDIA's toolkit-to-driver table whose driver is at or
+    below this one: 580.95.05 is CUDA 13.0's driver, so it reports CUDA 13 even on a CUDA 12 image.
+    None when the driver is older than every toolkit in the table.
+    """
+    version = Version(driver)
+    known = [
+        Version(cuda) for cuda, floor in data.cuda_toolkits.toolkit_min.items() if Version(floor) <= version
+    ]
+    return max(known).major if known else None

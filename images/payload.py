@@ -19,7 +19,7 @@ from typing import Any
 from packaging.version import Version
 
 from gpuforge import hardware
-from gpuforge.compat import compat
+from gpuforge.compat import compat, driver_cuda_major
 from gpuforge.errors import GpuforgeError
 from gpuforge.images.matrix import Matrix
 
@@ -118,6 +118,8 @@ def matrix_values(matrix: Matrix, digest: str) -> dict[str, str]:
         "GPUFORGE_CONTAINER_TOOLKIT": matrix.container_toolkit,
         "GPUFORGE_DCGM": matrix.dcgm,
         "GPUFORGE_DCGM_EXPORTER": matrix.dcgm_exporter,
+        # DCGM's package follows the CUDA major the driver reports, not the toolkit's (rule dcgm.cuda-build).
+        "GPUFORGE_DCGM_CUDA_MAJOR": str(driver_cuda_major(nvidia.driver, compat()) or ""),
     }
     values.update(_ofi_values(matrix))
     values.update(_slurm_values(matrix))

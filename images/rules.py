@@ -15,7 +15,14 @@ from datetime import date
 from packaging.version import InvalidVersion, Version
 
 from gpuforge import hardware
-from gpuforge.compat import Compat, compat, driver_branch, libfabric_key, release_version
+from gpuforge.compat import (
+    Compat,
+    compat,
+    driver_branch,
+    driver_cuda_major,
+    libfabric_key,
+    release_version,
+)
 from gpuforge.errors import Finding, Severity
 from gpuforge.images.matrix import SCHEMA_SOURCE, Matrix
 from gpuforge.scheduler.versions import (
@@ -646,6 +653,31 @@ def rule_dcgm_exporter(matrix: Matrix, data: Compat) -> Iterator[Finding]:
         )
 
 
+def rule_dcgm_cuda_build(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    """DCGM 4 installs the package built for the CUDA major the driver reports, so the pinned DCGM
+    release must have a build for that major, or `apt-get install` finds no such package."""
+    dcgm, driver = _version(matrix.dcgm), _version(matrix.nvidia.driver)
+    if dcgm is None or driver is None or dcgm.major < 4:
+        return  # pin.exact reports a malformed pin; DCGM 3 was one package for every CUDA
+    major = driver_cuda_major(str(driver), data)
+    rows = [row for row in data.dcgm.cuda_builds if Version(row.dcgm) <= dcgm]
+    if major is None or not rows:
+        return  # cuda.known-toolkit reports a driver older than the table
+    row = max(rows, key=lambda r: Version(r.dcgm))
+    if str(major) not in row.cuda_majors:
+        first = next((r.dcgm for r in data.dcgm.cuda_builds if str(major) in r.cuda_majors), None)
+        fix = f"pin DCGM {first} or newer (and its dcgm-exporter)" if first else "pin an older driver"
+        yield Finding(
+            "dcgm.cuda-build",
+            ERROR,
+            "dcgm",
+            f"driver {matrix.nvidia.driver} reports CUDA {major}, and DCGM installs the package built for the "
+            f"driver's CUDA major (datacenter-gpu-manager-4-cuda{major}); DCGM {matrix.dcgm} has builds only for "
+            f"CUDA {', '.join(row.cuda_majors)} ({row.source}). Fix: {fix}.",
+            data.dcgm.package_major_source,
+        )
+
+
 def _slurm_version(matrix: Matrix) -> Version | None:
     """The pinned Slurm release when it has Slurm's own form (YY.MM.MICRO), else None."""
     if matrix.slurm is None or _version(matrix.slurm.version) is None:
@@ -786,6 +818,7 @@ RULES: tuple[Rule, ...] = (
     rule_aws_ofi_nccl,
     rule_boot_mode,
     rule_dcgm_exporter,
+    rule_dcgm_cuda_build,
     rule_url,
     rule_slurm_pmix_pair,
     rule_slurm_series,

@@ -8,8 +8,10 @@ load_matrix
 
 dcgm_packages=("$(pkg_dcgm)")
 if (("${GPUFORGE_DCGM%%.*}" >= 4)); then
-    # DCGM 4 splits the CUDA-dependent parts by CUDA major.
-    dcgm_packages+=("datacenter-gpu-manager-${GPUFORGE_DCGM%%.*}-cuda$(cuda_major)")
+    # DCGM 4 splits the CUDA-dependent parts by CUDA major: the major of the CUDA user-mode driver
+    # (what nvidia-smi reports), not the toolkit's. NVIDIA's DCGM install guide, "Determine the CUDA
+    # major version appropriate for the system"; gpuforge derives it from the driver pin.
+    dcgm_packages+=("datacenter-gpu-manager-${GPUFORGE_DCGM%%.*}-cuda${GPUFORGE_DCGM_CUDA_MAJOR}")
 fi
 install_pinned "$GPUFORGE_DCGM" "$NVIDIA_CUDA_HOST" "${dcgm_packages[@]}"
 systemctl enable nvidia-dcgm.service

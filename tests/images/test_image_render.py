@@ -239,6 +239,16 @@ def test_the_payload_carries_the_slurm_and_pmix_pins_and_the_cuda_folder_for_nvm
     assert matrix_values(cuda13, digest13)["GPUFORGE_CUDA_HOME"] == "/usr/local/cuda-13.0"
 
 
+def test_dcgm_package_follows_the_drivers_cuda_major_not_the_toolkits() -> None:
+    """The CUDA 12.9 image runs driver R580, which reports CUDA 13: DCGM's install guide picks the
+    package by that major, so 75-dcgm.sh must install datacenter-gpu-manager-4-cuda13 there."""
+    matrix, digest = load_valid(MATRICES / "p5-h100-cuda12.yaml")
+    assert matrix.cuda.startswith("12.")
+    assert matrix_values(matrix, digest)["GPUFORGE_DCGM_CUDA_MAJOR"] == "13"
+    script = (MATRICES.parent / "scripts" / "75-dcgm.sh").read_text(encoding="utf-8")
+    assert "-cuda${GPUFORGE_DCGM_CUDA_MAJOR}" in script and "cuda$(cuda_major)" not in script
+
+
 def test_a_matrix_without_slurm_renders_empty_slurm_values_the_step_skips_on(tmp_path: Path) -> None:
     data = load_matrix_data()
     del data["slurm"], data["pmix"]

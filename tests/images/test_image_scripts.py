@@ -78,17 +78,17 @@ def _bash(payload: Path, script: str, env: dict[str, str] | None = None) -> subp
         (
             "p5-h100-cuda12",
             "nvidia-driver-580-open cuda-toolkit-12-9 libcudnn9-cuda-12 libcudnn9-dev-cuda-12 "
-            "lustre-client-modules-6.8.0-1015-aws datacenter-gpu-manager-4-core 4.1.3 nvidia-fabricmanager-580",
+            "lustre-client-modules-6.8.0-1015-aws datacenter-gpu-manager-4-core 4.7.1 nvidia-fabricmanager-580",
         ),
         (
             "p4d-a100-cuda12",
             "nvidia-driver-580 cuda-toolkit-12-4 libcudnn9-cuda-12 libcudnn9-dev-cuda-12 "
-            "lustre-client-modules-6.8.0-1015-aws datacenter-gpu-manager-4-core 4.1.3 nvidia-fabricmanager-580",
+            "lustre-client-modules-6.8.0-1015-aws datacenter-gpu-manager-4-core 4.7.1 nvidia-fabricmanager-580",
         ),
         (
             "p5-h100-cuda13",
             "nvidia-driver-580-open cuda-toolkit-13-0 libcudnn9-cuda-13 libcudnn9-dev-cuda-13 "
-            "lustre-client-modules-6.8.0-1015-aws datacenter-gpu-manager-4-core 4.1.3 nvidia-fabricmanager-580",
+            "lustre-client-modules-6.8.0-1015-aws datacenter-gpu-manager-4-core 4.7.1 nvidia-fabricmanager-580",
         ),
     ],
 )

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from matrix_cases import MATRICES, findings, load, rules, warnings
 
-from gpuforge.compat import compat
+from gpuforge.compat import compat, driver_cuda_major
 from gpuforge.images.matrix import Matrix, check_file
 from gpuforge.images.rules import rule_driver_eol
 
@@ -44,8 +44,8 @@ def test_at_least_the_four_required_matrices_ship() -> None:
         ("cudnn", ">=9.10"),
         ("lustre_client", ""),
         ("container_toolkit", "1.17.x"),
-        ("dcgm", "^4.2.3"),
-        ("dcgm_exporter", "4.2.3 - 4.3"),
+        ("dcgm", "^4.4.2"),
+        ("dcgm_exporter", "4.4.2 - 4.7"),
         ("version", "1"),
     ],
 )
@@ -399,11 +399,37 @@ def test_legacy_bios_ami_boots_p4d(a100: dict[str, Any]) -> None:
 
 
 def test_dcgm_exporter_must_be_built_on_the_pinned_dcgm(h100: dict[str, Any]) -> None:
-    h100["dcgm_exporter"] = "4.1.1-4.0.4"
+    h100["dcgm_exporter"] = "4.4.1-4.6.0"
     hit = [f for f in findings(h100) if f.rule == "dcgm.exporter-matches"]
-    assert rules(h100) == {"dcgm.exporter-matches"} and "4.2.3" in hit[0].message
+    assert rules(h100) == {"dcgm.exporter-matches"} and "4.4.2" in hit[0].message
 
 
 def test_dcgm_exporter_on_the_same_dcgm_passes(h100: dict[str, Any]) -> None:
-    h100["dcgm_exporter"] = "4.2.3-4.2.0"
+    h100["dcgm_exporter"] = "4.4.2-4.7.0"
     assert rules(h100) == set()
+
+
+@pytest.mark.parametrize("name", ["p5-h100-cuda13.yaml", "p5-h100-cuda12.yaml"])
+def test_dcgm_without_a_build_for_the_drivers_cuda_major_is_refused(name: str) -> None:
+    """The old pin: DCGM 4.2.3 has no CUDA 13 build, and driver R580 reports CUDA 13, so even the CUDA
+    12.9 image would install datacenter-gpu-manager-4-cuda13, a package DCGM 4.2.3 never shipped."""
+    data = load(name)
+    data["dcgm"], data["dcgm_exporter"] = "4.2.3", "4.2.3-4.1.3"
+    hit = [f for f in findings(data) if f.rule == "dcgm.cuda-build"]
+    assert rules(data) == {"dcgm.cuda-build"}
+    assert "reports CUDA 13" in hit[0].message and "DCGM 4.4.0 or newer" in hit[0].message
+    assert "getting-started" in hit[0].source
+
+
+def test_dcgm_on_a_cuda_12_driver_needs_no_cuda_13_build(h100: dict[str, Any]) -> None:
+    """A CUDA 12 driver (R570 reports 12.8) installs the cuda12 package, which DCGM 4.2.3 has."""
+    h100["nvidia"].update(driver="570.133.20", fabricmanager="570.133.20", nscq="570.133.20")
+    h100["cuda"], h100["nccl"], h100["cudnn"] = "12.8.1", "2.25.1-1+cuda12.8", "9.10.2.21"
+    h100["dcgm"], h100["dcgm_exporter"] = "4.2.3", "4.2.3-4.1.3"
+    assert "dcgm.cuda-build" not in rules(h100)
+
+
+def test_dcgm_package_major_is_the_drivers() -> None:
+    assert driver_cuda_major("580.95.05", compat()) == 13
+    assert driver_cuda_major("575.57.08", compat()) == 12
+    assert driver_cuda_major("400.1", compat()) is None
