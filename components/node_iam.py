@@ -150,3 +150,20 @@ def allow_read_secret(
         policy=document.json,
         opts=pulumi.ResourceOptions(parent=owner),
     )
+
+
+# The calls of one topology round (gpuforge.scheduler.sync). Neither takes resource-level
+# permissions, so the resource is "*". Source:
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-topology-prerequisites.html (IAM permissions)
+TOPOLOGY_ACTIONS = ("ec2:DescribeInstances", "ec2:DescribeInstanceTopology")
+
+
+def allow_describe_topology(owner: pulumi.Resource, name: str, role: aws.iam.Role) -> aws.iam.RolePolicy:
+    """Let the Slurm controller's `role` read the cluster's instances and their network topology."""
+    document = aws.iam.get_policy_document_output(
+        statements=[_statement(TOPOLOGY_ACTIONS, ["*"], "SlurmTopology")],
+        opts=pulumi.InvokeOutputOptions(parent=owner),
+    )
+    return aws.iam.RolePolicy(
+        f"{name}-topology", role=role.name, policy=document.json, opts=pulumi.ResourceOptions(parent=owner)
+    )

@@ -98,6 +98,14 @@ def controller_host(cluster_name: str) -> str:
     return f"{cluster_name}-slurmctld"
 
 
+def uses_topology(node_instance_type: hardware.InstanceType, slurm_version: str) -> bool:
+    """Whether the cluster gets topology/tree: AWS reports the type's topology and the Slurm can place nodes."""
+    version = versions.parse_version(slurm_version, where="slurm_version")
+    return node_instance_type.topology_layers > 0 and not versions.missing_features(
+        versions.TOPOLOGY_FEATURES, version
+    )
+
+
 def slurm_cluster(
     cluster_name: str,
     *,
@@ -112,7 +120,11 @@ def slurm_cluster(
     """The cluster as Slurm sees it, as the controller renders it: one definition for every renderer.
 
     `max_nodes` is the node group's largest size; Slurm is allowed MAX_NODES_PER_NODE times as many.
+    With no `topology`, a cluster whose type and Slurm can use one (`uses_topology`) starts
+    from the pending tree, which the controller's sync fills from AWS.
     """
+    if topology is None and uses_topology(node_instance_type, slurm_version):
+        topology = NetworkTopology.pending(cluster_name)
     return SlurmCluster(
         name=cluster_name,
         instance_type=node_instance_type,
@@ -222,6 +234,10 @@ class SlurmController(pulumi.ComponentResource):
         self.key_secret_arn = secret.arn
         role = node_iam.node_role(self, name, bucket_arn=None, bucket_kms_key_arn=None, tags=tags)
         node_iam.allow_read_secret(self, name, role.role, secret.arn)
+        topology_sync = None
+        if uses_topology(node_type, args.slurm_version):
+            node_iam.allow_describe_topology(self, name, role.role)
+            topology_sync = (node_type.name, args.ami.region)
         self.role_arn = role.role.arn
 
         volume = aws.ebs.Volume(
@@ -244,6 +260,7 @@ class SlurmController(pulumi.ComponentResource):
                         state_dir=SlurmSite.state_dir,
                         key_secret_arn=str(values[2]),
                         files=values[3],
+                        topology_sync=topology_sync,
                     )
                 )
             )

@@ -73,6 +73,9 @@ SCONTROL = "/usr/bin/scontrol"
 SLURMD_DEFAULTS = "/etc/default/slurmd"
 SLURMD_DROP_IN = "/etc/systemd/system/slurmd.service.d/slurmd-gpuforge.conf"
 SLURMCTLD_DROP_IN = "/etc/systemd/system/slurmctld.service.d/slurmctld-gpuforge.conf"
+# Read by images/files/gpuforge-slurm-topology.service; its presence is what turns the sync on.
+TOPOLOGY_ENV = "/etc/gpuforge/slurm-topology.env"
+TOPOLOGY_TIMER = "gpuforge-slurm-topology.timer"
 SLURM_LEAVE_UNIT = "/etc/systemd/system/gpuforge-slurm-leave.service"
 # XFS label of slurmctld's state volume (at most 12 characters, xfs_admin(8)).
 STATE_LABEL = "slurmctld"
@@ -392,6 +395,16 @@ mount_state() {
     chmod 0700 "$STATE_DIR"
 }
 
+start_topology_sync() {
+    write_file "$TOPOLOGY_ENV" <<ENV
+GPUFORGE_CLUSTER=$TOPOLOGY_CLUSTER
+GPUFORGE_INSTANCE_TYPE=$TOPOLOGY_INSTANCE_TYPE
+GPUFORGE_REGION=$TOPOLOGY_REGION
+ENV
+    systemctl daemon-reload
+    systemctl enable --now "$TOPOLOGY_TIMER"
+}
+
 start_slurmctld() {
     write_file "$SLURMCTLD_DROP_IN" <<UNIT
 # Written by gpuforge's user data: slurmctld's state lives on its own volume; never start without it.
@@ -509,6 +522,9 @@ class ControllerParams:
     key_secret_arn: str
     files: Mapping[str, str] = field(default_factory=dict)
     slurm_user: str = "slurm"
+    # (instance type of the GPU nodes, region) when the cluster uses topology/tree: the
+    # controller then runs `gpuforge scheduler sync-topology` every minute.
+    topology_sync: tuple[str, str] | None = None
 
 
 def _file_variable(name: str) -> str:
@@ -538,6 +554,15 @@ def render_controller(params: ControllerParams) -> str:
         "SLURMCTLD_DROP_IN": SLURMCTLD_DROP_IN,
         **_slurm_key_variables(params.key_secret_arn, params.slurm_user),
     }
+    if params.topology_sync is not None:
+        instance_type, region = params.topology_sync
+        variables |= {
+            "TOPOLOGY_ENV": TOPOLOGY_ENV,
+            "TOPOLOGY_TIMER": TOPOLOGY_TIMER,
+            "TOPOLOGY_CLUSTER": params.cluster,
+            "TOPOLOGY_INSTANCE_TYPE": instance_type,
+            "TOPOLOGY_REGION": region,
+        }
     variables |= {_file_variable(name): text for name, text in sorted(params.files.items())}
     writes = "".join(
         f'    printf \'%s\' "${_file_variable(name)}" | write_file "$SLURM_ETC/{name}"\n'
@@ -552,6 +577,7 @@ def render_controller(params: ControllerParams) -> str:
         "step fetch_slurm_key",
         "if ((${#FAILED_STEPS[@]} == 0)); then",
         "    step start_slurmctld",
+        *(["    step start_topology_sync"] if params.topology_sync is not None else []),
         "else",
         '    log "not starting slurmctld: ${FAILED_STEPS[*]} failed"',
         "fi",

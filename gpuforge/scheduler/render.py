@@ -222,6 +222,14 @@ def _cgroup_conf(cluster: SlurmCluster) -> str:
 def render_files(cluster: SlurmCluster) -> dict[ConfigFile, str]:
     """Every file Slurm reads for `cluster`, by name; InputError if the version lacks a setting."""
     versions.require(cluster.uses_features, cluster.version, what=f"the config of cluster {cluster.name}")
+    if cluster.topology is not None and not cluster.topology.children:
+        # slurmctld 26.05.5: "fatal: No switches configured, failed to create context for
+        # topology plugin" (seen running the rendered config in tests/scheduler).
+        raise InputError(
+            f"cluster {cluster.name}: a network topology with no switches stops slurmctld. Fix: give the "
+            f"topology response of running instances or a reservation, or start from "
+            f"NetworkTopology.pending({cluster.name!r}), which holds one switch for unplaced nodes."
+        )
     files: dict[ConfigFile, str] = {
         "slurm.conf": _slurm_conf(cluster),
         "gres.conf": _gres_conf(cluster),

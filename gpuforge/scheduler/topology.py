@@ -44,6 +44,27 @@ class NetworkTopology:
     children: Mapping[str, frozenset[str]]
     members: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
+    @classmethod
+    def pending(cls, cluster: str) -> NetworkTopology:
+        """The tree a cluster starts with before any node runs: one switch, `<cluster>-unplaced`.
+
+        topology/tree refuses to start without a switch; `sync_topology` adds the real
+        switches once AWS reports them, and keeps this one so a reconfigure never drops to none.
+        """
+        return cls(children={unplaced_switch(cluster): frozenset()})
+
+    def merged(self, other: NetworkTopology) -> NetworkTopology:
+        """This tree and `other` together (their switches and members)."""
+        children = {
+            switch: self.children.get(switch, frozenset()) | other.children.get(switch, frozenset())
+            for switch in {*self.children, *other.children}
+        }
+        members = {
+            leaf: self.members.get(leaf, frozenset()) | other.members.get(leaf, frozenset())
+            for leaf in {*self.members, *other.members}
+        }
+        return NetworkTopology(children=children, members=members)
+
     @property
     def leaves(self) -> frozenset[str]:
         return frozenset(switch for switch, below in self.children.items() if not below)
@@ -61,6 +82,11 @@ class NetworkTopology:
             if below
         ]
         return "".join(lines)
+
+
+def unplaced_switch(cluster: str) -> str:
+    """The switch a cluster's topology.conf always holds, so that it is never empty."""
+    return f"{cluster}-unplaced"
 
 
 def _paths(response: Mapping[str, Any], where: str) -> Iterable[tuple[str, Sequence[str]]]:

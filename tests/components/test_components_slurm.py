@@ -104,7 +104,10 @@ def test_the_controller_instance_sits_at_its_fixed_address_in_the_private_subnet
         "partitions": [{"name": "gpu", "max_time": None, "default": True}],
     }
     assert "SlurmctldHost=demo-slurmctld(10.0.0.10)\n" in out["files"]["slurm.conf"]
-    assert set(out["files"]) == {"slurm.conf", "gres.conf", "cgroup.conf"}
+    # p5 reports its network topology: topology/tree, starting from the one pending switch.
+    assert set(out["files"]) == {"slurm.conf", "gres.conf", "cgroup.conf", "topology.conf"}
+    assert "TopologyPlugin=topology/tree\n" in out["files"]["slurm.conf"]
+    assert out["files"]["topology.conf"].endswith("SwitchName=demo-unplaced\n")
 
 
 def test_the_address_follows_the_vpc_block_and_an_existing_subnet(mocks: GpuforgeMocks) -> None:
@@ -343,3 +346,35 @@ def test_mocks_answer_the_new_types_as_aws_and_random_do(mocks: GpuforgeMocks) -
     volume = one(mocks, VOLUME)
     assert volume.id.startswith("vol-") and len(volume.id) == 21
     assert controller(mocks).outputs["privateIp"] == "10.0.0.10"
+
+
+def _topology_readers(mocks: GpuforgeMocks) -> list[RecordedResource]:
+    return [p for p in mocks.of_type(ROLE_POLICY) if "DescribeInstanceTopology" in p.inputs["policy"]]
+
+
+def test_a_type_aws_reports_topology_for_gets_the_controller_s_topology_sync(mocks: GpuforgeMocks) -> None:
+    deploy(cluster_spec(scheduler=SLURM))
+    (reader,) = _topology_readers(mocks)
+    roles = {role.outputs["name"]: role.name for role in mocks.of_type(ROLE)}
+    assert roles[reader.inputs["role"]] == "demo-slurm-role"
+    assert _policy(reader)["Statement"] == [
+        {
+            "Sid": "SlurmTopology",
+            "Effect": "Allow",
+            "Action": ["ec2:DescribeInstanceTopology", "ec2:DescribeInstances"],
+            "Resource": "*",
+        }
+    ]
+    script = controller_user_data(mocks)
+    assert "    step start_topology_sync\n" in script
+    assert "readonly TOPOLOGY_INSTANCE_TYPE=p5.48xlarge\n" in script
+    assert "readonly TOPOLOGY_REGION=us-east-1\n" in script
+    assert script.index("step start_slurmctld") < script.index("step start_topology_sync")
+
+
+def test_a_type_without_aws_topology_gets_no_sync_and_no_topology_plugin(mocks: GpuforgeMocks) -> None:
+    out = deploy(cluster_spec(scheduler=SLURM, instance_type="g6.xlarge", node_count=1))
+    assert _topology_readers(mocks) == []
+    assert "start_topology_sync" not in controller_user_data(mocks).split("main() {")[1]
+    assert "topology.conf" not in out["files"]
+    assert "TopologyPlugin" not in out["files"]["slurm.conf"]

@@ -232,3 +232,12 @@ def test_render_command_refuses_a_stack_without_slurm(
 def test_a_health_check_interval_slurmd_refuses_is_refused() -> None:
     with pytest.raises(InputError, match="above HealthCheckTimeout"):
         SlurmSite(controller_host="h", controller_addr="10.0.0.10", health_check_interval_s=60)
+
+
+def test_a_topology_without_switches_is_refused_as_slurmctld_would() -> None:
+    from gpuforge.scheduler.topology import NetworkTopology
+
+    with pytest.raises(InputError, match="no switches stops slurmctld"):
+        render_files(_cluster("p5.48xlarge", topology=NetworkTopology(children={})))
+    pending = render_files(_cluster("p5.48xlarge", topology=NetworkTopology.pending("t")))["topology.conf"]
+    assert pending.splitlines()[-1] == "SwitchName=t-unplaced"

@@ -19,10 +19,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import boto3
 import pytest
+from botocore.stub import Stubber
 from slurm_cluster import (
     AGENT_DIR,
     DEFAULT_ROOT,
@@ -47,7 +49,8 @@ from gpuforge.scheduler.render import (
     render_files,
     topology_argument,
 )
-from gpuforge.scheduler.topology import from_response
+from gpuforge.scheduler.sync import sync_topology
+from gpuforge.scheduler.topology import NetworkTopology, from_response
 
 ROOT = Path(os.environ.get("GPUFORGE_SLURM_ROOT", DEFAULT_ROOT))
 _SKIP = unavailable_reason(ROOT)
@@ -316,3 +319,69 @@ def test_a_node_joins_its_leaf_switch_of_the_aws_topology(tmp_path: Path) -> Non
         assert re.search(rf"^SwitchName=nn-leaf2 Level=0 .*Nodes={node}$", tree, re.M), tree
         assert re.search(r"^SwitchName=nn-leaf1 Level=0 .*Nodes=$", tree, re.M), tree
         assert re.search(r"^SwitchName=nn-top Level=2 .*Switches=nn-mid$", tree, re.M), tree
+
+
+def test_the_controller_places_unplaced_nodes_under_the_leaves_aws_reports(tmp_path: Path) -> None:
+    """`sync_topology` against real slurmctld, with EC2's answers from botocore's Stubber."""
+    with open_cluster(tmp_path, ROOT, REPO / "gpuforge") as test_cluster:
+        spec = SlurmCluster(
+            name="gfsync",
+            instance_type=_this_machine(test_cluster),
+            capacity_type="on-demand",
+            max_nodes=2,
+            scheduler=SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge"),
+            slurm_version=test_cluster.chroot(["slurmd", "-V"]).stdout.split()[-1],
+            site=SlurmSite(
+                controller_host=CONTROLLER,
+                controller_addr=test_cluster.address(1),
+                gpu_device_prefix=DEVICE_PREFIX,
+            ),
+            topology=NetworkTopology.pending("gfsync"),
+        )
+        test_cluster.make_gpus(GPUS_PER_NODE)
+        test_cluster.write_key()
+        test_cluster.write_files(dict(render_files(spec)))
+        test_cluster.start_controller(CONTROLLER)
+        nodes = [_name(test_cluster, 1), _name(test_cluster, 2)]
+        for index, node in zip((11, 12), nodes, strict=True):
+            test_cluster.start_node(node, index, node_registration(spec))
+        for node in nodes:
+            test_cluster.wait_for(
+                f"{node} idle", lambda node=node: "IDLE" in test_cluster.node(node).get("State", ""), 30
+            )
+        srun = ["srun", "-N2", "--chdir=/tmp", "true"]
+        unplaced = test_cluster.client(srun, check=False, timeout=30)
+        assert unplaced.returncode != 0 and "not available" in unplaced.stderr, unplaced
+
+        # Node names stand in for instance ids: gpuforge names each Slurm node after its instance.
+        ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+        instances = {"Reservations": [{"Instances": [{"InstanceId": node} for node in nodes]}]}
+        topology = {
+            "Instances": [
+                {"InstanceId": nodes[0], "NetworkNodes": ["nn-top", "nn-mid", "nn-leaf1"]},
+                {"InstanceId": nodes[1], "NetworkNodes": ["nn-top", "nn-mid", "nn-leaf2"]},
+            ]
+        }
+
+        def scontrol(args: Sequence[str]) -> str:
+            return test_cluster.client(["scontrol", *args]).stdout
+
+        conf = test_cluster.root / "etc/slurm/topology.conf"
+        with Stubber(ec2) as stub:
+            for _ in range(2):
+                stub.add_response("describe_instances", instances)
+                stub.add_response("describe_instance_topology", topology, {"InstanceIds": nodes})
+            first = sync_topology(
+                ec2, scontrol, cluster="gfsync", instance_type="p5.48xlarge", topology_conf=conf
+            )
+            second = sync_topology(
+                ec2, scontrol, cluster="gfsync", instance_type="p5.48xlarge", topology_conf=conf
+            )
+            stub.assert_no_pending_responses()
+        assert first.switches_added == ("nn-leaf1", "nn-leaf2", "nn-mid", "nn-top")
+        assert first.placed == {nodes[0]: "nn-leaf1", nodes[1]: "nn-leaf2"}
+        assert second.switches_added == () and second.placed == {}
+        tree = test_cluster.client(["scontrol", "show", "topology"]).stdout
+        assert re.search(rf"^SwitchName=nn-leaf1 Level=0 .*Nodes={nodes[0]}$", tree, re.M), tree
+        assert re.search(r"^SwitchName=gfsync-unplaced Level=0 .*Nodes=$", tree, re.M), tree
+        test_cluster.client(srun, timeout=30)  # placed: the 2-node job runs
