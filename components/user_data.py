@@ -20,9 +20,9 @@ It does three things, each idempotent, and every boot:
    fetches the shared Slurm key from Secrets Manager, writes /etc/default/slurmd with
    `SLURMD_OPTIONS="-Z -N <instance id> --conf-server <controller>:<port> --conf '<registration>'"`
    and starts slurmd. The Slurm node name is the EC2 instance id, so one Auto Scaling
-   instance is one Slurm node and EC2's topology maps onto Slurm's by name. A slurmd
-   drop-in repeats the gate (ConditionPathExists on the marker), so slurmd, which is
-   enabled, never starts at boot before the check; and `gpuforge-slurm-leave.service`
+   instance is one Slurm node and EC2's topology maps onto Slurm's by name. The image's
+   slurmd drop-in (images/files/slurmd-gpuforge.conf) holds the same gate for later
+   boots, so slurmd, which is enabled, never starts before the check; and `gpuforge-slurm-leave.service`
    runs `scontrol delete nodename=<instance id>` when the node shuts down, so a
    replaced node leaves no record behind. It is a unit of its own, ordered after
    slurmd (so it stops first, while slurmd's configless copy of slurm.conf under
@@ -71,7 +71,6 @@ SLURM_KEY_FILE = "/etc/slurm/slurm.key"
 SCONTROL = "/usr/bin/scontrol"
 # Slurm's own slurmd.service reads SLURMD_OPTIONS from here (EnvironmentFile=-/etc/default/slurmd).
 SLURMD_DEFAULTS = "/etc/default/slurmd"
-SLURMD_DROP_IN = "/etc/systemd/system/slurmd.service.d/slurmd-gpuforge.conf"
 SLURMCTLD_DROP_IN = "/etc/systemd/system/slurmctld.service.d/slurmctld-gpuforge.conf"
 # Read by images/files/gpuforge-slurm-topology.service; its presence is what turns the sync on.
 TOPOLOGY_ENV = "/etc/gpuforge/slurm-topology.env"
@@ -323,11 +322,6 @@ join_slurm() {
     node="$(imds instance-id)"
     printf 'SLURMD_OPTIONS="-Z -N %s --conf-server %s --conf %s"\n' \
         "$node" "$SLURM_CONF_SERVER" "'$SLURM_NODE_CONF'" | write_file "$SLURMD_DEFAULTS"
-    write_file "$SLURMD_DROP_IN" <<UNIT
-# Written by gpuforge's user data: slurmd starts only after this boot's node check passed.
-[Unit]
-ConditionPathExists=$NODE_CHECK_PASSED
-UNIT
     write_file "$SLURM_LEAVE_UNIT" <<UNIT
 # Written by gpuforge's user data: this node ($node) leaves Slurm when it shuts down.
 [Unit]
@@ -452,7 +446,6 @@ def _slurm_join(join: SlurmJoin) -> dict[str, str]:
         "SLURM_CONF_SERVER": join.conf_server,
         "SLURM_NODE_CONF": join.registration,
         "SLURMD_DEFAULTS": SLURMD_DEFAULTS,
-        "SLURMD_DROP_IN": SLURMD_DROP_IN,
         "SLURM_LEAVE_UNIT": SLURM_LEAVE_UNIT,
         "SCONTROL": SCONTROL,
     }

@@ -274,7 +274,8 @@ def test_nodes_start_slurmd_with_the_registration_and_the_controller_after_the_c
     assert script.index("step run_node_check") < script.index("step join_slurm")
     assert 'if [[ ! -e "$NODE_CHECK_PASSED" ]]' in script
     assert "readonly NODE_CHECK_PASSED=/run/gpuforge/node-check.passed\n" in script
-    assert "ConditionPathExists=$NODE_CHECK_PASSED" in script
+    # The one boot gate on slurmd is the image's drop-in (images/files/slurmd-gpuforge.conf).
+    assert "slurmd.service.d" not in script
     assert "systemctl enable --now slurmd.service" in script
     assert "ExecStop=-$SCONTROL delete nodename=$node" in script
     # The launch template waits for the controller: its address is the instance's own.

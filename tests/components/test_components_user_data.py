@@ -164,7 +164,7 @@ def test_the_slurmd_options_survive_systemd_s_quoting(tmp_path: Path) -> None:
     probe = (
         "#!/bin/bash\nset -euo pipefail\nreadonly LOG_TAG=probe\n"
         + f"readonly NODE_CHECK_PASSED={passed}\nreadonly SLURMD_DEFAULTS={defaults}\n"
-        + f"readonly SLURMD_DROP_IN={tmp_path}/drop-in.conf\nreadonly SLURM_LEAVE_UNIT={tmp_path}/leave.service\n"
+        + f"readonly SLURM_LEAVE_UNIT={tmp_path}/leave.service\n"
         + "readonly SCONTROL=/usr/bin/scontrol\n"
         + f"readonly SLURM_CONF_SERVER={JOIN.conf_server}\nreadonly SLURM_NODE_CONF='{JOIN.registration}'\n"
         + user_data._COMMON
@@ -188,7 +188,6 @@ def test_the_slurmd_options_survive_systemd_s_quoting(tmp_path: Path) -> None:
     leave = (tmp_path / "leave.service").read_text()
     assert "ExecStop=-/usr/bin/scontrol delete nodename=i-0123456789abcdef0\n" in leave
     assert "After=slurmd.service network-online.target\n" in leave
-    assert f"ConditionPathExists={passed}\n" in (tmp_path / "drop-in.conf").read_text()
 
 
 def test_options_slurmd_cannot_carry_are_refused() -> None:
