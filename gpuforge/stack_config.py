@@ -59,7 +59,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
 from pydantic import (
     AwareDatetime,
     BaseModel,
@@ -81,6 +80,7 @@ from gpuforge.components.specs import (
     SchedulerSpec,
 )
 from gpuforge.errors import InputError
+from gpuforge.loading import load_yaml
 
 NAMESPACE = "gpuforge"
 REGION_KEY = "aws:region"
@@ -189,36 +189,18 @@ class StackConfig(BaseModel):
     engine_values: dict[str, str]  # every config key as the engine hands it to the program
 
 
-class _PlainStrings(yaml.SafeLoader):
-    """YAML loader that keeps timestamps as text, as the Pulumi CLI hands them to a program."""
-
-
-_PlainStrings.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
-def _read_yaml(path: Path, what: str) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file. Fix: {what}.") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: cannot read the file ({error}). Fix: {what}.") from None
-    try:
-        return yaml.load(text, Loader=_PlainStrings)  # a SafeLoader subclass
-    except yaml.YAMLError as error:
-        raise InputError(
-            f"{path}: not valid YAML: {error}. Fix: correct the YAML syntax at that line."
-        ) from None
+def _read_yaml(path: Path, what: str, fix: str) -> Any:
+    """A stack's YAML file through gpuforge.loading; timestamps stay text, as the Pulumi CLI hands them."""
+    return load_yaml(path, what=what, fix=fix, timestamps_as_text=True)
 
 
 def read_project_name(stack_dir: Path) -> str:
     """The `name` in the stack directory's Pulumi.yaml."""
     path = stack_dir / "Pulumi.yaml"
     data = _read_yaml(
-        path, f"run from a Pulumi project directory (one with Pulumi.yaml); {stack_dir} has none"
+        path,
+        "Pulumi project file",
+        f"run from a Pulumi project directory (one with a readable Pulumi.yaml); {stack_dir} has none",
     )
     name = data.get("name") if isinstance(data, dict) else None
     if not isinstance(name, str) or not name:
@@ -264,7 +246,9 @@ def load_stack_config(stack_dir: Path, stack: str) -> StackConfig:
             f"{path}: no such stack file. Fix: pass --stack with one of this project's stacks "
             f"({', '.join(shipped) or 'none'}), or create it with `pulumi stack init {stack}`."
         )
-    data = _read_yaml(path, "pass a readable UTF-8 stack file")
+    data = _read_yaml(
+        path, "stack file", "pass a readable UTF-8 stack file (start from one under stacks/training/)"
+    )
     if data is None:
         data = {}
     if not isinstance(data, dict):

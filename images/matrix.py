@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
-from gpuforge.errors import Finding, GpuforgeError, InputError, Severity
+from gpuforge.errors import Finding, GpuforgeError, Severity
+from gpuforge.loading import load_yaml
 
 SCHEMA_SOURCE = "gpuforge matrix format (README.md, 'The image matrix')"
 
@@ -142,19 +142,15 @@ class MatrixInvalid(GpuforgeError):
 
 
 def read_yaml(path: Path) -> Any:
-    """Parse a YAML file, or raise InputError (exit 2) saying why it is unreadable."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(
-            f"{path}: cannot read the file ({error}). Fix: pass a readable UTF-8 YAML file."
-        ) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise InputError(
-            f"{path}: not valid YAML: {error}. Fix: correct the YAML syntax at that line."
-        ) from None
+    """Parse a matrix file through gpuforge.loading (size, UTF-8, depth, no aliases or duplicate keys).
+
+    Raises InputError (exit 2) saying why it is unreadable.
+    """
+    return load_yaml(
+        path,
+        what="matrix",
+        fix="pass a matrix file (start from one under images/matrices/) and correct the YAML at that line",
+    )
 
 
 def _dotted(loc: tuple[int | str, ...]) -> str:

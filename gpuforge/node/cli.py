@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from gpuforge import hardware
+from gpuforge.errors import InputError
 from gpuforge.node import slurm
 from gpuforge.node.asg import report_unhealthy
 from gpuforge.node.checks import CHECKS, PERIODIC_CHECKS, run_checks
@@ -108,7 +109,7 @@ def handle_check(args: argparse.Namespace, paths: HostPaths | None = None) -> in
     if args.report_dir is not None:
         try:
             write_report(report, args.report_dir)
-        except OSError as error:
+        except InputError as error:
             # The verdict above stands (and is in the journal); a missing file must not change it.
             print(
                 f"gpuforge: warning: could not write the report to {args.report_dir}: {error}. "

@@ -9,13 +9,14 @@ problem is reported as an InputError naming the file, the field and the fix.
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuforge.errors import InputError
+from gpuforge.loading import load_json
 
 DEFAULT_MANIFEST = Path("/etc/gpuforge/manifest.json")
 SCHEMA_VERSION = 1
@@ -37,6 +38,9 @@ REQUIRED_COMPONENTS = (
 )
 OPTIONAL_COMPONENTS = ("nvlsm",)
 KERNEL_MODULE_FLAVORS = ("open", "proprietary")
+TOP_KEYS = ("schema", "matrix", "targets", "components")
+# A matrix digest: sha256 hex as 90-verify.sh writes it (older manifests prefix it with `sha256:`).
+DIGEST = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
 FIX = "Fix: rebuild the image with the image pipeline, which writes a complete manifest."
 
 
@@ -92,30 +96,47 @@ def _mapping(path: Path, data: Mapping[str, Any], key: str) -> Mapping[str, Any]
     return value
 
 
+def _known_keys(path: Path, data: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    """Unknown keys are errors, as in matrices: a misspelt key would otherwise pass as absent."""
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise _error(
+            path,
+            f"{where}{unknown[0]}",
+            f"is not a manifest key (known: {', '.join(known)})",
+            data[unknown[0]],
+        )
+
+
 def load_manifest(path: Path = DEFAULT_MANIFEST) -> Manifest:
     """Read and validate the manifest; raise InputError (exit 2) for anything unusable."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise InputError(
-            f"{path}: cannot read the image manifest ({error.strerror or error}). "
-            "Fix: run on an image built by gpuforge, or pass --manifest PATH."
-        ) from error
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InputError(
-            f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}). {FIX}"
-        ) from error
+    data = load_json(
+        path,
+        what="image manifest",
+        fix="run on an image built by gpuforge, or pass --manifest PATH; a damaged manifest needs the image "
+        "rebuilt with the image pipeline",
+    )
     if not isinstance(data, dict):
         raise _error(path, "(top level)", "must be a JSON object", type(data).__name__)
+    _known_keys(path, data, TOP_KEYS, "")
 
     schema = data.get("schema")
-    if schema != SCHEMA_VERSION:
-        raise _error(path, "schema", f"must be {SCHEMA_VERSION} (the version this agent reads)", schema)
+    # bool is an int in Python: `"schema": true` would equal 1 without the type check.
+    if type(schema) is not int or schema != SCHEMA_VERSION:
+        raise _error(
+            path, "schema", f"must be the integer {SCHEMA_VERSION} (the version this agent reads)", schema
+        )
 
     matrix = _mapping(path, data, "matrix")
+    _known_keys(path, matrix, MATRIX_KEYS, "matrix.")
     name, version, digest = (_text(path, matrix, key, f"matrix.{key}") for key in MATRIX_KEYS)
+    if not DIGEST.match(digest):
+        raise _error(
+            path,
+            "matrix.digest",
+            "must be a matrix digest (64 lowercase hex digits, optionally after `sha256:`)",
+            digest,
+        )
 
     if "targets" not in data:
         raise _error(path, "targets", "is required but missing", None)
@@ -123,7 +144,11 @@ def load_manifest(path: Path = DEFAULT_MANIFEST) -> Manifest:
     if not isinstance(targets, list) or not targets or not all(isinstance(t, str) and t for t in targets):
         raise _error(path, "targets", "must be a non-empty list of instance type names", targets)
 
+    if len(set(targets)) != len(targets):
+        raise _error(path, "targets", "must name each instance type once", targets)
+
     raw_components = _mapping(path, data, "components")
+    _known_keys(path, raw_components, REQUIRED_COMPONENTS + OPTIONAL_COMPONENTS, "components.")
     components = {key: _text(path, raw_components, key, f"components.{key}") for key in REQUIRED_COMPONENTS}
     for key in OPTIONAL_COMPONENTS:
         if key in raw_components:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuforge.atomic import write_text_atomic
-from gpuforge.errors import GpuforgeError
+from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.node.context import NodeContext
 from gpuforge.node.gpus import gpu_query
 from gpuforge.node.report import CheckResult, NodeReport
@@ -217,7 +217,7 @@ class DrainRecord:
         text = json.dumps({"node": self.node, "reason": self.reason, "reported": self.reported}) + "\n"
         try:
             write_text_atomic(path, text)
-        except OSError as error:
+        except InputError as error:
             _say(
                 f"warning: could not record the drain in {path}: {error}; a later healthy check will not "
                 "look at Slurm. Fix: run the check as root, as slurmd does."

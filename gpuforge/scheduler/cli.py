@@ -11,14 +11,11 @@ what `pulumi up` puts on the controller. Exit 0, or 2 with the field and the fix
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-from gpuforge.errors import InputError
-
-# Saved topology responses are small: 100 instances a page, a few hundred bytes each.
-MAX_TOPOLOGY_BYTES = 16 * 1024 * 1024
+# Saved topology responses are small (100 instances a page, a few hundred bytes each): the data cap fits.
+from gpuforge.loading import MAX_DATA_BYTES, load_json
 
 
 def register(subparsers: Any) -> None:
@@ -55,22 +52,12 @@ def register(subparsers: Any) -> None:
 
 
 def _read_topology(path: Path) -> object:
-    try:
-        if not path.is_file():
-            raise InputError(
-                f"{path}: no such file. Fix: pass the JSON file the topology call's output was saved to."
-            )
-        if path.stat().st_size > MAX_TOPOLOGY_BYTES:
-            raise InputError(
-                f"{path}: {path.stat().st_size} bytes is more than a topology response can be "
-                f"({MAX_TOPOLOGY_BYTES} bytes). Fix: pass the saved response itself."
-            )
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InputError(
-            f"{path}: cannot read a JSON topology response ({error}). "
-            "Fix: save the output of `aws ec2 describe-instance-topology --output json` to the file."
-        ) from None
+    return load_json(
+        path,
+        what="topology response",
+        max_bytes=MAX_DATA_BYTES,
+        fix="save the output of `aws ec2 describe-instance-topology --output json` to the file and pass it",
+    )
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -88,11 +75,6 @@ def _render(args: argparse.Namespace) -> int:
     files = render_files(cluster)  # every check runs before the first file is written
     for name, text in files.items():
         target = args.out / name
-        try:
-            write_text_atomic(target, text)
-        except OSError as error:
-            raise InputError(
-                f"{target}: cannot write the file ({error.strerror}). Fix: pass an --out folder you can write to."
-            ) from None
+        write_text_atomic(target, text)  # an unwritable --out is an InputError naming the file
         print(f"wrote {target}")
     return 0

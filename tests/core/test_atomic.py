@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuforge.atomic import write_text_atomic
+from gpuforge.errors import InputError
 
 
 def test_new_file_is_0644_and_complete(tmp_path: Path) -> None:
@@ -35,7 +36,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(
         raise OSError("disk full")
 
     monkeypatch.setattr("gpuforge.atomic.os.fsync", failing_fsync)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(InputError, match="cannot write the file \\(disk full\\)"):
         write_text_atomic(path, "new")
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["catalog.json"]

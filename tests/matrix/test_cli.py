@@ -87,4 +87,4 @@ def test_console_script_runs_without_traceback(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2
-    assert "cannot read the file" in done.stderr and "Traceback" not in done.stderr
+    assert "cannot read the matrix: no such file" in done.stderr and "Traceback" not in done.stderr

@@ -236,7 +236,7 @@ def test_missing_stack_file_lists_the_stacks_there(tmp_path: Path) -> None:
 
 
 def test_missing_pulumi_yaml_is_named(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=r"Pulumi\.yaml: no such file"):
+    with pytest.raises(InputError, match=r"Pulumi\.yaml: cannot read the Pulumi project file: no such file"):
         load_stack_config(tmp_path, "test")
 
 
