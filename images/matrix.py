@@ -42,9 +42,17 @@ class NvidiaSpec(_Strict):
     nvlsm: str | None = None
 
 
+# Where a sha256 came from: the artifact hashed (`sha256sum` of the tarball) or a published source
+# named beside it (a vendor page, or a public project that pins the same file with its checksum).
+# A checksum nobody took from the artifact looks real and is not, so `pin.sha256-source` refuses a
+# checksum with no source, or one whose source says it is unverified.
+Sha256Source = Annotated[str, Field(min_length=1)]
+
+
 class EfaSpec(_Strict):
     installer: str
     sha256: str
+    sha256_source: Sha256Source | None = None
 
 
 class AwsOfiNcclSpec(_Strict):
@@ -52,6 +60,7 @@ class AwsOfiNcclSpec(_Strict):
     install: Literal["bundled", "separate"]
     prefix: str | None = None
     sha256: str | None = None
+    sha256_source: Sha256Source | None = None
 
 
 class SourceTarball(_Strict):
@@ -63,6 +72,7 @@ class SourceTarball(_Strict):
 
     version: str
     sha256: str
+    sha256_source: Sha256Source | None = None
     url: str
 
 

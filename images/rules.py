@@ -143,6 +143,59 @@ def rule_sha256(matrix: Matrix, data: Compat) -> Iterator[Finding]:
             )
 
 
+_UNVERIFIED = re.compile(r"\bunverified\b", re.IGNORECASE)
+# "hashed: <who took sha256sum of which download, when>" or "published: <where it is listed>".
+_SHA256_SOURCE = re.compile(r"^(hashed|published): \S.{9,}$", re.DOTALL)
+
+
+def _checksums(matrix: Matrix) -> Iterator[tuple[str, str, str | None]]:
+    """(key, sha256, sha256_source) of every checksum the matrix pins."""
+    yield "efa", matrix.efa.sha256, matrix.efa.sha256_source
+    ofi = matrix.aws_ofi_nccl
+    if ofi.sha256 is not None:
+        yield "aws_ofi_nccl", ofi.sha256, ofi.sha256_source
+    for key, spec in (("slurm", matrix.slurm), ("pmix", matrix.pmix)):
+        if spec is not None:
+            yield key, spec.sha256, spec.sha256_source
+
+
+def rule_sha256_source(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    """Every checksum names where it came from, and none is marked unverified: a made-up sha256 passes
+    every shape check, then stops the first real build, or worse, is copied into another pin."""
+    for key, sha256, source in _checksums(matrix):
+        field = f"{key}.sha256_source"
+        if source is None:
+            yield Finding(
+                "pin.sha256-source",
+                ERROR,
+                field,
+                f"{key}.sha256 {sha256[:12]}... names no source. Fix: add {field}: `sha256sum` of the "
+                "downloaded tarball (say when and from where), or the published source that lists this "
+                "checksum for this exact version (a vendor page, or a public project pinning the same file).",
+                SCHEMA_SOURCE,
+            )
+        elif _UNVERIFIED.search(source):
+            yield Finding(
+                "pin.sha256-source",
+                ERROR,
+                field,
+                f"{key}.sha256 is marked unverified ({source!r}); an unverified checksum cannot ship. Fix: "
+                "replace it with the tarball's own sha256 or one published for this exact version, and name "
+                "that source.",
+                SCHEMA_SOURCE,
+            )
+        elif not _SHA256_SOURCE.match(source):
+            yield Finding(
+                "pin.sha256-source",
+                ERROR,
+                field,
+                f"{source!r} does not say where {key}.sha256 came from. Fix: write 'hashed: <sha256sum of which "
+                "download, when>' or 'published: <the page or repository, at which commit, that lists this "
+                "checksum for this exact version>'.",
+                SCHEMA_SOURCE,
+            )
+
+
 def rule_url(matrix: Matrix, data: Compat) -> Iterator[Finding]:
     """A pinned download comes over https: plain http would let anyone on the path swap the tarball
     before the sha256 check, and a failed check stops the build instead of protecting it."""
@@ -806,6 +859,7 @@ RULES: tuple[Rule, ...] = (
     rule_exact_pins,
     rule_base_ami,
     rule_sha256,
+    rule_sha256_source,
     rule_targets,
     rule_cuda_driver,
     rule_driver_eol,

@@ -199,7 +199,7 @@ def test_payload_carries_scripts_matrix_values_unit_files_and_gpuforge_source(tm
     env = (payload / MATRIX_ENV).read_text()
     assert f"GPUFORGE_MATRIX_DIGEST={digest}\n" in env
     assert f"GPUFORGE_DRIVER={matrix.nvidia.driver}\n" in env
-    assert "GPUFORGE_LIBFABRIC=2.3.1amzn1.0\n" in env  # the compat table's row for installer 1.44.0
+    assert "GPUFORGE_LIBFABRIC=2.4.0amzn1.0\n" in env  # the compat table's row for installer 1.47.0
     assert (payload / "files" / "gpuforge-node-check.service").is_file()
     source = payload / SOURCE_DIR
     assert (source / "pyproject.toml").is_file()

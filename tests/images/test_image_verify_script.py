@@ -132,7 +132,7 @@ def test_a_node_that_matches_the_matrix_passes_and_gets_the_manifest(payload: Pa
             "cudnn": matrix.cudnn,
             "nccl": matrix.nccl,
             "efa_installer": matrix.efa.installer,
-            "libfabric": "2.3.1amzn1.0",
+            "libfabric": "2.4.0amzn1.0",
             "aws_ofi_nccl": matrix.aws_ofi_nccl.version,
             "lustre_client": matrix.lustre_client,
             "container_toolkit": matrix.container_toolkit,

@@ -102,6 +102,48 @@ def test_base_ami_region_must_be_a_region(h100: dict[str, Any]) -> None:
     assert rules(h100) == {"pin.base-ami"}
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in MATRICES.glob("*.yaml")))
+def test_the_old_unverified_efa_checksum_is_refused(name: str) -> None:
+    """The shipped matrices used to carry an EFA sha256 nobody took from the tarball, marked only in a
+    comment. Marked in the data, as it must be now, the check refuses it."""
+    data = load(name)
+    data["efa"]["sha256"] = "4c0d5a1e2b7f3e9d8a6c5b4a39281706f5e4d3c2b1a0978685746352413b2c1d"
+    data["efa"]["sha256_source"] = "UNVERIFIED: not taken from the real tarball"
+    hit = [f for f in findings(data) if f.rule == "pin.sha256-source"]
+    assert rules(data) == {"pin.sha256-source"} and hit[0].field == "efa.sha256_source"
+    assert "unverified" in hit[0].message
+
+
+@pytest.mark.parametrize("block", ["efa", "slurm", "pmix"])
+def test_a_checksum_without_a_source_is_refused(h100: dict[str, Any], block: str) -> None:
+    del h100[block]["sha256_source"]
+    hit = [f for f in findings(h100) if f.rule == "pin.sha256-source"]
+    assert rules(h100) == {"pin.sha256-source"} and hit[0].field == f"{block}.sha256_source"
+
+
+def test_a_separate_plugin_checksum_needs_a_source_too(h100: dict[str, Any]) -> None:
+    h100["aws_ofi_nccl"] = {
+        "version": "1.17.2",
+        "install": "separate",
+        "prefix": "/opt/o",
+        "sha256": "e" * 64,
+    }
+    assert rules(h100) == {"pin.sha256-source"}
+
+
+@pytest.mark.parametrize("source", ["latest", "sha256sum", "from the internet", "published:"])
+def test_a_source_must_say_hashed_or_published_and_where(h100: dict[str, Any], source: str) -> None:
+    h100["efa"]["sha256_source"] = source
+    assert rules(h100) == {"pin.sha256-source"}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in MATRICES.glob("*.yaml")))
+def test_every_shipped_checksum_is_sourced(name: str) -> None:
+    matrix = Matrix.model_validate(load(name))
+    sources = [matrix.efa.sha256_source] + [s.sha256_source for s in (matrix.slurm, matrix.pmix) if s]
+    assert all(source and source.startswith(("hashed: ", "published: ")) for source in sources)
+
+
 def test_efa_sha256_must_be_a_digest(h100: dict[str, Any]) -> None:
     h100["efa"]["sha256"] = "md5:abc"
     assert rules(h100) == {"pin.sha256"}
@@ -296,6 +338,7 @@ def test_efa_installer_must_support_the_os(h100: dict[str, Any]) -> None:
         "install": "separate",
         "prefix": "/opt/aws-ofi-nccl",
         "sha256": "0" * 64,
+        "sha256_source": "published: a test value, not a real checksum",
     }
     assert "efa.os-support" in rules(h100)
 
@@ -322,6 +365,7 @@ def test_separate_plugin_may_differ_from_bundled(h100: dict[str, Any]) -> None:
         "install": "separate",
         "prefix": "/opt/aws-ofi-nccl",
         "sha256": "a" * 64,
+        "sha256_source": "published: a test value, not a real checksum",
     }
     assert rules(h100) == set()
 
@@ -348,6 +392,7 @@ def test_plugin_1_13_needs_libfabric_from_installer_1_37(a100: dict[str, Any]) -
         "install": "separate",
         "prefix": "/opt/aws-ofi-nccl",
         "sha256": "b" * 64,
+        "sha256_source": "published: a test value, not a real checksum",
     }
     assert rules(a100) == {"ofi.libfabric"}
 
@@ -368,6 +413,7 @@ def test_plugin_broken_with_new_installer(a100: dict[str, Any]) -> None:
         "install": "separate",
         "prefix": "/opt/aws-ofi-nccl",
         "sha256": "c" * 64,
+        "sha256_source": "published: a test value, not a real checksum",
     }
     assert rules(a100) == {"ofi.broken-with-installer"}
 
@@ -378,6 +424,7 @@ def test_target_minimum_plugin(b200: dict[str, Any]) -> None:
         "install": "separate",
         "prefix": "/opt/aws-ofi-nccl",
         "sha256": "d" * 64,
+        "sha256_source": "published: a test value, not a real checksum",
     }
     assert rules(b200) == {"ofi.instance-type"}
 
