@@ -1,0 +1,209 @@
+"""Judge parsed outputs against the floors, and render the verdict as a table, JSON or SVG.
+
+The JSON shape is a contract (README, "Acceptance"): `{"floors", "nccl": [{"file",
+"sizes": [{"bytes", "algbw", "busbw", "wrong"}], "busbw_large", "floor", "verdict",
+"problems"}], "diag": [{"file", "verdict", "problems", "tests"}], "slow_nodes",
+"unresolved_nodes", "verdict"}`; verdicts are "pass" or "fail".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from gpuforge.validate.dcgm import BANNER, DiagRun, parse_diag
+from gpuforge.validate.floors import Floors
+from gpuforge.validate.nccl import NcclRun, parse_nccl
+
+
+@dataclass
+class NcclVerdict:
+    file: str
+    run: NcclRun
+    busbw_large: float | None
+    floor: float
+    problems: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class DiagVerdict:
+    file: str
+    run: DiagRun
+
+    @property
+    def passed(self) -> bool:
+        return not self.run.problems
+
+
+@dataclass
+class Report:
+    floors: Floors
+    nodes: int
+    nccl: list[NcclVerdict] = field(default_factory=list)
+    diag: list[DiagVerdict] = field(default_factory=list)
+    slow_nodes: tuple[str, ...] = ()
+    unresolved_nodes: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        verdicts = [item.passed for item in self.nccl] + [item.passed for item in self.diag]
+        return all(verdicts) and not self.slow_nodes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "floors": self.floors.to_json(),
+            "nccl": [
+                {
+                    "file": item.file,
+                    "sizes": [row.to_json() for row in item.run.rows],
+                    "busbw_large": item.busbw_large,
+                    "floor": item.floor,
+                    "verdict": _verdict(item.passed),
+                    "problems": item.problems,
+                }
+                for item in self.nccl
+            ],
+            "diag": [
+                {
+                    "file": item.file,
+                    "verdict": _verdict(item.passed),
+                    "problems": item.run.problems,
+                    "tests": [
+                        {
+                            "category": t.category,
+                            "name": t.name,
+                            "result": t.result,
+                            "failed_gpus": sorted(t.failed_gpus),
+                        }
+                        for t in item.run.tests
+                    ],
+                }
+                for item in self.diag
+            ],
+            "slow_nodes": list(self.slow_nodes),
+            "unresolved_nodes": list(self.unresolved_nodes),
+            "verdict": _verdict(self.passed),
+        }
+
+
+def _verdict(passed: bool) -> str:
+    return "pass" if passed else "fail"
+
+
+def is_diag(text: str) -> bool:
+    """dcgmi's table (its banner, or its `| name | result |` rows), as opposed to nccl-tests output."""
+    return BANNER in text or any(
+        line.startswith("|") and line.rstrip().endswith("|") for line in text.splitlines()
+    )
+
+
+def judge_nccl(file: str, text: str, floors: Floors, nodes: int) -> NcclVerdict:
+    """One all_reduce_perf output on `nodes` nodes against the type's floor."""
+    run = parse_nccl(text)
+    problems = list(run.problems)
+    floor = floors.floor(nodes)
+    busbw = run.busbw_at(floors.message_bytes)
+    if run.rows and busbw is None:
+        problems.append(
+            f"no row at {floors.message_bytes} bytes, the size the floor is set at: run the sweep up to at least "
+            f"that size (all_reduce_perf -e {floors.message_bytes})"
+        )
+    elif busbw is not None and busbw < floor:
+        problems.append(
+            f"busbw {busbw:.2f} GB/s at {floors.message_bytes} bytes is below the floor of {floor:.2f} GB/s "
+            f"({floors.fail_below_fraction:.0%} of the expected {(floors.single_node if nodes == 1 else floors.multi_node).busbw:.2f})"
+        )
+    return NcclVerdict(file, run, busbw, floor, problems)
+
+
+def judge_files(paths_and_texts: list[tuple[str, str]], floors: Floors, nodes: int) -> Report:
+    """Parse and judge saved outputs, each read as nccl-tests or dcgmi by what it contains."""
+    report = Report(floors=floors, nodes=nodes)
+    for file, text in paths_and_texts:
+        if is_diag(text):
+            report.diag.append(DiagVerdict(file, parse_diag(text)))
+        else:
+            report.nccl.append(judge_nccl(file, text, floors, nodes))
+    return report
+
+
+def render_text(report: Report) -> str:
+    """The terminal view: per size algbw and busbw, the large-message verdict, per node the diag."""
+    lines: list[str] = []
+    for item in report.nccl:
+        lines.append(
+            f"nccl-tests {item.file} ({report.nodes} node(s), floor {item.floor:.2f} GB/s at {report.floors.message_bytes} B)"
+        )
+        lines.append(f"  {'bytes':>12} {'algbw GB/s':>11} {'busbw GB/s':>11} {'#wrong':>7}")
+        for row in item.run.rows:
+            lines.append(f"  {row.bytes:>12} {row.algbw:>11.2f} {row.busbw:>11.2f} {row.wrong:>7}")
+        large = "none" if item.busbw_large is None else f"{item.busbw_large:.2f} GB/s"
+        lines.append(f"  busbw at {report.floors.message_bytes} B: {large}: {_verdict(item.passed).upper()}")
+        lines.extend(f"  - {problem}" for problem in item.problems)
+    for diag in report.diag:
+        lines.append(f"dcgmi diag {diag.file}: {_verdict(diag.passed).upper()} ({len(diag.run.tests)} tests)")
+        lines.extend(f"  - {problem}" for problem in diag.run.problems)
+    if report.slow_nodes:
+        lines.append(f"slow nodes: {', '.join(report.slow_nodes)}")
+    if report.unresolved_nodes:
+        lines.append(
+            f"unresolved: every pair fell short, so no node is known good: {', '.join(report.unresolved_nodes)}"
+        )
+    lines.append(f"verdict: {_verdict(report.passed).upper()}")
+    return "\n".join(lines) + "\n"
+
+
+def render_svg(report: Report, *, width: int = 720, height: int = 420) -> str:
+    """busbw against message size (log2 axis) for every nccl-tests run, with the floor as a dashed line."""
+    margin = 60
+    rows = [row for item in report.nccl for row in item.run.rows if row.bytes > 0]
+    floor = report.floors.floor(report.nodes)
+    if not rows:
+        return _svg(
+            width, height, [f'<text x="{margin}" y="{height // 2}">no nccl-tests rows to plot</text>']
+        )
+    lows = [row.bytes.bit_length() - 1 for row in rows]
+    x_min, x_max = min(lows), max(max(lows), min(lows) + 1)
+    y_max = max(max(row.busbw for row in rows), floor) * 1.1
+
+    def x(size: int) -> float:
+        return margin + (size.bit_length() - 1 - x_min) / (x_max - x_min) * (width - 2 * margin)
+
+    def y(busbw: float) -> float:
+        return height - margin - busbw / y_max * (height - 2 * margin)
+
+    parts = [
+        f'<line x1="{margin}" y1="{height - margin}" x2="{width - margin}" y2="{height - margin}" stroke="black"/>',
+        f'<line x1="{margin}" y1="{margin}" x2="{margin}" y2="{height - margin}" stroke="black"/>',
+        f'<line x1="{margin}" y1="{y(floor):.1f}" x2="{width - margin}" y2="{y(floor):.1f}" stroke="red" stroke-dasharray="6,4"/>',
+        f'<text x="{width - margin}" y="{y(floor) - 4:.1f}" text-anchor="end" fill="red">floor {floor:.1f} GB/s</text>',
+        f'<text x="{width / 2}" y="{height - 15}" text-anchor="middle">message size (bytes, log2)</text>',
+        f'<text x="15" y="{height / 2}" transform="rotate(-90 15 {height / 2})" text-anchor="middle">busbw GB/s (in place)</text>',
+    ]
+    for exponent in range(x_min, x_max + 1, max(1, (x_max - x_min) // 8)):
+        parts.append(
+            f'<text x="{x(1 << exponent):.1f}" y="{height - margin + 15}" text-anchor="middle" font-size="10">2^{exponent}</text>'
+        )
+    colours = ["#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    for index, item in enumerate(report.nccl):
+        points = " ".join(f"{x(row.bytes):.1f},{y(row.busbw):.1f}" for row in item.run.rows if row.bytes > 0)
+        colour = colours[index % len(colours)]
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>')
+        parts.append(
+            f'<text x="{margin + 10}" y="{margin + 15 * (index + 1)}" fill="{colour}">{escape(Path(item.file).name)}</text>'
+        )
+    return _svg(width, height, parts)
+
+
+def _svg(width: int, height: int, parts: list[str]) -> str:
+    body = "\n  ".join(parts)
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'font-family="sans-serif" font-size="12">\n  {body}\n</svg>\n'
+    )
