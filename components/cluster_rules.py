@@ -169,6 +169,30 @@ def _refuse_set(capacity: CapacitySpec, fields: tuple[str, ...], what: str) -> N
             )
 
 
+def check_capacity_block_type(instance: hardware.InstanceType, capacity: CapacitySpec) -> None:
+    """Refuse a Capacity Block on a type AWS does not sell as one.
+
+    AWS sells Capacity Blocks only for the types whose DescribeInstanceTypes `SupportedUsageClasses`
+    lists `capacity-block`; on any other type the reservation cannot exist, and the plan would be one
+    `pulumi up` could never satisfy.
+    """
+    if capacity.type != "capacity-block" or "capacity-block" in instance.supported_usage_classes:
+        return
+    sold = sorted(
+        name for name, row in hardware.catalog().items() if "capacity-block" in row.supported_usage_classes
+    )
+    raise invalid(
+        "capacity.type",
+        capacity.type,
+        f"AWS sells {instance.name} as {', '.join(instance.supported_usage_classes) or 'nothing'} "
+        "(DescribeInstanceTypes SupportedUsageClasses), not as a Capacity Block",
+        f"use on-demand or a reservation for {instance.name}, or a type sold as a Capacity Block: "
+        + ", ".join(sold),
+        source="https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_InstanceTypeInfo.html "
+        "(SupportedUsageClasses); gpuforge/data/instance_types.json",
+    )
+
+
 def check_node_mode(node_mode: NodeMode, capacity: CapacitySpec) -> None:
     if node_mode == "instances" and capacity.type == "capacity-block":
         raise invalid(

@@ -374,6 +374,7 @@ class GpuClusterSpec(_Spec):
         instance = cluster_rules.instance_type(self.instance_type)
         cluster_rules.check_availability_zone(self.availability_zone, self.ami.region)
         cluster_rules.check_node_mode(self.node_mode, self.capacity)
+        cluster_rules.check_capacity_block_type(instance, self.capacity)
         cluster_rules.check_placement(instance, self.placement_strategy, self.partition_count, self.capacity)
         cluster_rules.check_user_tags(self.tags)
         if self.wait_for_capacity_timeout is not None:

@@ -74,6 +74,9 @@ class InstanceType:
     instance_store_disk_gb: int
     boot_modes: tuple[str, ...]
     placement_strategies: tuple[str, ...]
+    # DescribeInstanceTypes `SupportedUsageClasses`: how AWS sells the type (on-demand, spot,
+    # capacity-block). A Capacity Block can only be bought for a type that lists capacity-block.
+    supported_usage_classes: tuple[str, ...]
     nvswitch: bool
     needs_nvlsm: bool
     topology_layers: int  # network nodes DescribeInstanceTopology reports; 0: the type has no topology
@@ -164,6 +167,7 @@ def _row(name: str, raw: Mapping[str, Any], default_source: str) -> InstanceType
         instance_store_disk_gb=int(aws["instance_store_disk_gb"]),
         boot_modes=tuple(aws["boot_modes"]),
         placement_strategies=tuple(aws["placement_strategies"]),
+        supported_usage_classes=tuple(aws["supported_usage_classes"]),
         nvswitch=bool(platform["nvswitch"]),
         needs_nvlsm=bool(platform["needs_nvlsm"]),
         topology_layers=int(platform["topology_layers"]),
@@ -209,6 +213,7 @@ def aws_fields(described: Mapping[str, Any]) -> dict[str, Any]:
         "instance_store_disk_gb": disks[0]["SizeInGB"] if disks else 0,
         "boot_modes": described.get("SupportedBootModes", []),
         "placement_strategies": described.get("PlacementGroupInfo", {}).get("SupportedStrategies", []),
+        "supported_usage_classes": described.get("SupportedUsageClasses", []),
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -216,6 +217,32 @@ def test_capacity_refusals(values: dict[str, Any], message: str) -> None:
 def test_instances_on_a_capacity_block_are_refused() -> None:
     with pytest.raises(InputError, match=r"node_mode = 'instances': fixed instances cannot launch before"):
         cluster_spec(node_mode="instances", capacity=block())
+
+
+@pytest.mark.parametrize("instance_type", ["g6.xlarge", "g5.48xlarge", "g6e.48xlarge"])
+def test_a_capacity_block_on_a_type_aws_does_not_sell_as_one_is_refused(instance_type: str) -> None:
+    """g6/g5/g6e list only on-demand and spot in SupportedUsageClasses: no Capacity Block can exist."""
+    with pytest.raises(InputError) as error:
+        cluster_spec(instance_type=instance_type, capacity=block())
+    message = str(error.value)
+    assert f"capacity.type = 'capacity-block': AWS sells {instance_type} as on-demand, spot" in message
+    sold = re.search(r"a type sold as a Capacity Block: (.*?)\. \(source", message)
+    assert sold is not None
+    assert sold.group(1).split(", ") == [
+        "p4d.24xlarge",
+        "p4de.24xlarge",
+        "p5.48xlarge",
+        "p5e.48xlarge",
+        "p5en.48xlarge",
+        "p6-b200.48xlarge",
+        "p6-b300.48xlarge",
+    ]
+    assert "SupportedUsageClasses" in message
+
+
+@pytest.mark.parametrize("instance_type", ["p4d.24xlarge", "p5en.48xlarge", "p6-b300.48xlarge"])
+def test_a_capacity_block_on_a_type_sold_as_one_passes(instance_type: str) -> None:
+    cluster_spec(instance_type=instance_type, capacity=block())
 
 
 def test_unknown_instance_type_is_refused() -> None:

@@ -79,6 +79,16 @@ def test_row_matches_describe_instance_types(name: str, described: dict[str, Any
     assert row.instance_store_gb == aws["InstanceStorageInfo"]["TotalSizeInGB"]
     assert set(row.boot_modes) == set(aws["SupportedBootModes"])
     assert set(row.placement_strategies) == set(aws["PlacementGroupInfo"]["SupportedStrategies"])
+    assert row.supported_usage_classes == tuple(aws["SupportedUsageClasses"])
+
+
+def test_capacity_blocks_are_sold_for_the_p_types_only() -> None:
+    """As moto's copy of DescribeInstanceTypes reports SupportedUsageClasses (capacity-block on p4d
+    and newer P types; g5, g6 and g6e are on-demand and spot only)."""
+    blocks = {
+        name for name, row in hardware.catalog().items() if "capacity-block" in row.supported_usage_classes
+    }
+    assert blocks == {name for name in hardware.catalog() if name.startswith("p")}
 
 
 @pytest.mark.parametrize("name", sorted(hardware.catalog()))
