@@ -79,6 +79,7 @@ class GpuCluster(pulumi.ComponentResource):
         plan = scale_plan(spec.capacity, spec.node_count, now)
         link_bucket = _links_cluster_bucket(spec)
         if spec.lustre is not None:
+            lustre_rules.check_cluster_link(spec.lustre, has_bucket=spec.bucket is not None)
             lustre_rules.check(
                 spec.lustre, data_repository_association=link_bucket or spec.lustre.s3_path is not None
             )

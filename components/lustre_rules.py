@@ -84,6 +84,31 @@ def baseline_throughput_mbps(spec: LustreSpec) -> int | None:
     return spec.storage_capacity_gib * per_tib // 1000
 
 
+def check_cluster_link(spec: LustreSpec, *, has_bucket: bool) -> None:
+    """Refuse a cluster file system that would get no S3 link at all.
+
+    A cluster links its file system to its bucket through a DRA when the spec names no link of its
+    own; SCRATCH_1 (and Lustre 2.10) cannot take a DRA, so without `import_path` the file system
+    would silently stay unlinked and the mandatory fsx-s3-link policy would refuse the stack.
+    """
+    if (
+        has_bucket
+        and spec.s3_path is None
+        and spec.import_path is None
+        and not data_repository_association_supported(spec)
+    ):
+        raise invalid(
+            "lustre.deployment_type",
+            spec.deployment_type,
+            f"the cluster links its file system to its bucket through a data repository association, and "
+            f"{spec.deployment_type} on Lustre {spec.lustre_version} cannot take one (DRAs work on 2.12 and "
+            "2.15 file systems except SCRATCH_1), so the file system would have no S3 link",
+            "use SCRATCH_2 or PERSISTENT_2 on Lustre 2.15; or, on SCRATCH_1 (a GpuClusterSpec built in code), "
+            "set import_path (and export_path) to the bucket",
+            source=DRA_SOURCE,
+        )
+
+
 def check(spec: LustreSpec, *, data_repository_association: bool) -> None:
     """Refuse any LustreSpec that CreateFileSystem or CreateDataRepositoryAssociation would refuse.
 
@@ -241,15 +266,6 @@ def _check_link(spec: LustreSpec, dra: bool) -> None:
             "ImportPath, ExportPath and AutoImportPolicy are not supported on PERSISTENT_2",
             "remove import_path/export_path and set s3_path (a data repository association)",
             source=API_SOURCE,
-        )
-    if legacy and data_repository_association_supported(spec):
-        raise invalid(
-            "lustre.import_path",
-            spec.import_path,
-            f"the legacy import/export link is only for file systems that cannot take a DRA "
-            f"(SCRATCH_1 or Lustre 2.10); {spec.deployment_type} on Lustre {spec.lustre_version} takes one",
-            "replace import_path/export_path with s3_path",
-            source=DRA_SOURCE,
         )
     if dra and not data_repository_association_supported(spec):
         raise invalid(

@@ -70,7 +70,7 @@ from pydantic import (
     ValidationError,
 )
 
-from gpuforge.components import cluster_rules
+from gpuforge.components import cluster_rules, lustre_rules
 from gpuforge.components.specs import (
     AmiPin,
     CapacitySpec,
@@ -127,6 +127,14 @@ class _LustreKeys(_Strict):
     storage_capacity_gib: StrictInt = Field(alias="storageCapacityGiB")
     throughput_per_tib: StrictInt | None = Field(default=None, alias="throughputPerTiB")
     s3_path: StrictStr | None = Field(default=None, alias="s3Path")
+
+
+def _stack_lustre(keys: _LustreKeys) -> LustreSpec:
+    """The stack's file system, which a stack links to the cluster's bucket only through a DRA (the
+    config has no legacy import/export keys), so a type that cannot take a DRA is refused here."""
+    spec = LustreSpec(**keys.model_dump())
+    lustre_rules.check_cluster_link(spec, has_bucket=True)
+    return spec
 
 
 class _PartitionKeys(_Strict):
@@ -444,7 +452,7 @@ def parse_engine_values(
     lustre = (
         None
         if lustre_keys is None
-        else _component_rule(source, f"{NAMESPACE}:lustre", lambda: LustreSpec(**lustre_keys.model_dump()))
+        else _component_rule(source, f"{NAMESPACE}:lustre", lambda: _stack_lustre(lustre_keys))
     )
     scheduler_keys = keys.scheduler
     scheduler = (

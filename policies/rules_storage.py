@@ -125,12 +125,6 @@ def validate_fsx_link(args: StackValidationArgs, report: ReportViolation) -> Non
                 f"AutoImportPolicy (source: {API_SOURCE}). Fix: link S3 with a data repository association.",
                 file_system.urn,
             )
-        elif legacy and supported:
-            report(
-                f"{what} sets {legacy_names}, the legacy link, on a file system that takes a data repository "
-                f"association (source: {DRA_SOURCE}). Fix: link S3 with a DRA instead.",
-                file_system.urn,
-            )
         elif linked and not supported:
             report(
                 f"{what} has data repository association {', '.join(describe(a) for a in linked)}, but DRAs "
@@ -211,9 +205,9 @@ FSX_SUBNET = StackValidationPolicy(
 FSX_S3_LINK = StackValidationPolicy(
     name="fsx-s3-link",
     description=(
-        "FSx for Lustre links S3 through a data repository association, or through the legacy import/export "
-        "paths only where a DRA cannot be used (SCRATCH_1, Lustre 2.10); never both, never import paths on "
-        "PERSISTENT_2. FSx encrypts every file system at rest, so no KMS key is required on SCRATCH types."
+        "FSx for Lustre links S3 through a data repository association or through the legacy import/export "
+        "paths (SCRATCH_1, SCRATCH_2, PERSISTENT_1); never both, never import paths on PERSISTENT_2, and never "
+        "a DRA where none can be made (SCRATCH_1, Lustre 2.10). FSx encrypts every file system at rest, so no KMS key is required on SCRATCH types."
     ),
     validate=validate_fsx_link,
     enforcement_level=EnforcementLevel.MANDATORY,

@@ -122,13 +122,24 @@ def test_every_resource_carries_the_cluster_tag(mocks: GpuforgeMocks) -> None:
     assert template["tags"]["gpuforge:matrix-digest"] == AMI.matrix_digest
 
 
-def test_scratch_1_is_not_linked_to_the_cluster_bucket(mocks: GpuforgeMocks) -> None:
-    """SCRATCH_1 cannot take a DRA, so the cluster's bucket is not linked (and the summary says so)."""
-    out = deploy(
-        cluster_spec(name="train", lustre=LustreSpec(deployment_type="SCRATCH_1", storage_capacity_gib=1200))
+def test_scratch_1_without_a_link_is_refused_not_left_unlinked(mocks: GpuforgeMocks) -> None:
+    """SCRATCH_1 cannot take a DRA; the cluster used to drop the S3 link without a word (and the
+    mandatory fsx-s3-link policy then refused the stack). Now the spec is refused, with the fix."""
+    spec = cluster_spec(
+        name="train", lustre=LustreSpec(deployment_type="SCRATCH_1", storage_capacity_gib=1200)
     )
+    with pytest.raises(
+        InputError, match=r"lustre.deployment_type = 'SCRATCH_1': .* cannot take one.*Fix: use SCRATCH_2"
+    ):
+        GpuCluster("train", spec)
+    assert mocks.resources == ()
+
+
+def test_scratch_1_with_its_legacy_import_path_is_linked(mocks: GpuforgeMocks) -> None:
+    lustre = LustreSpec(deployment_type="SCRATCH_1", storage_capacity_gib=1200, import_path="s3://data/train")
+    out = deploy(cluster_spec(name="train", lustre=lustre))
     assert mocks.of_type("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation") == []
-    assert out["summary"]["lustre"]["s3_link"] is None
+    assert out["summary"]["lustre"]["s3_link"] == "import_path"
 
 
 def test_a_spec_of_the_wrong_type_is_refused(mocks: GpuforgeMocks) -> None:

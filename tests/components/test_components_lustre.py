@@ -98,11 +98,22 @@ def test_import_path_and_dra_together_are_refused() -> None:
         )
 
 
-def test_legacy_link_only_where_a_dra_cannot_be_used() -> None:
+def test_legacy_link_on_every_type_but_persistent_2_and_never_beside_a_dra() -> None:
+    """AWS documents ImportPath/ExportPath for SCRATCH_1, SCRATCH_2 and PERSISTENT_1 on any Lustre
+    version; it refuses them only beside a DRA and on PERSISTENT_2 (CreateFileSystemLustreConfiguration,
+    ImportPath: 'not supported for file systems with a data repository association'). The old rule
+    also refused SCRATCH_2 on Lustre 2.15, which AWS accepts."""
     LustreSpec(deployment_type="SCRATCH_1", storage_capacity_gib=1200, import_path=S3, export_path=S3)
     LustreSpec(deployment_type="SCRATCH_2", storage_capacity_gib=1200, lustre_version="2.10", import_path=S3)
-    with pytest.raises(InputError, match=r"replace import_path/export_path with s3_path"):
-        LustreSpec(deployment_type="SCRATCH_2", storage_capacity_gib=1200, import_path=S3)
+    LustreSpec(deployment_type="SCRATCH_2", storage_capacity_gib=1200, import_path=S3)
+    with pytest.raises(
+        InputError, match=r"not supported on a file system with a data repository association"
+    ):
+        LustreSpec(deployment_type="SCRATCH_2", storage_capacity_gib=1200, import_path=S3, s3_path=S3)
+    with pytest.raises(InputError, match=r"not supported on PERSISTENT_2"):
+        LustreSpec(
+            deployment_type="PERSISTENT_2", storage_capacity_gib=1200, throughput_per_tib=250, import_path=S3
+        )
 
 
 @pytest.mark.parametrize(

@@ -61,19 +61,23 @@ def test_import_path_beside_a_dra(images: Images) -> None:
     assert "linked to S3 twice" in verdict.message and "demo-lustre-dra" in verdict.message
 
 
-@pytest.mark.parametrize(
-    ("lustre", "expected"),
-    [
-        (PERSISTENT_2, "PERSISTENT_2 does not support ImportPath"),
-        (SCRATCH_2, "the legacy link, on a file system that takes a data repository association"),
-    ],
-)
-def test_import_path_where_a_dra_belongs(images: Images, lustre: LustreSpec, expected: str) -> None:
+def test_import_path_on_persistent_2(images: Images) -> None:
     resources = record_cluster(
-        spec(images, lustre=lustre, bucket=None, capacity=RESERVED), edit(FSX, import_path="s3://datasets/")
+        spec(images, lustre=PERSISTENT_2, bucket=None, capacity=RESERVED),
+        edit(FSX, import_path="s3://datasets/"),
     )
     [verdict] = of(verdicts(resources, images), "fsx-s3-link")
-    assert expected in verdict.message
+    assert "PERSISTENT_2 does not support ImportPath" in verdict.message
+
+
+def test_import_path_on_scratch_2_without_a_dra_passes(images: Images) -> None:
+    """AWS documents the legacy link on SCRATCH_2 (and SCRATCH_1, PERSISTENT_1); only a DRA beside it, or
+    PERSISTENT_2, is refused. The old policy refused this file system."""
+    resources = record_cluster(
+        spec(images, lustre=SCRATCH_2, bucket=None, capacity=RESERVED),
+        edit(FSX, import_path="s3://datasets/"),
+    )
+    assert of(verdicts(resources, images), "fsx-s3-link") == []
 
 
 def test_dra_on_scratch_1(images: Images) -> None:

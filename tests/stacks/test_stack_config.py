@@ -185,6 +185,11 @@ def test_engine_reader_and_file_reader_agree(tmp_path: Path) -> None:
             },
             "gpuforge:lustre.throughputPerTiB = 125",
         ),
+        (
+            # SCRATCH_1 takes no DRA, and a stack's only S3 link is one: refused where it is read, with the fix.
+            {"gpuforge:lustre": {"deploymentType": "SCRATCH_1", "storageCapacityGiB": 1200}},
+            "gpuforge:lustre.deploymentType = 'SCRATCH_1'",
+        ),
         ({"gpuforge:availabilityZone": "us-west-2a"}, "gpuforge:availabilityZone = 'us-west-2a'"),
         ({"aws:region": None}, "aws:region = None"),
         ({"gpuforge:instanceType": "p9.48xlarge"}, "gpuforge:instanceType: instance type 'p9.48xlarge'"),
