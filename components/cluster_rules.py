@@ -6,6 +6,7 @@ component used on its own refuses exactly what a GpuClusterSpec refuses.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from datetime import timedelta
@@ -31,6 +32,20 @@ CAPACITY_BLOCK_TERMINATION_LEAD = timedelta(minutes=30)
 CAPACITY_BLOCK_PLACEMENT_SOURCE = (
     "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CapacityBlock.html"
 )
+
+# Capacity Blocks last 1 to 14 days in 1-day steps, or up to 182 days in 7-day steps.
+# Source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-capacity-blocks.html
+CAPACITY_BLOCK_MAX_DURATION = timedelta(days=182)
+CAPACITY_BLOCK_SOURCE = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-capacity-blocks.html"
+
+# AWS reserves five addresses of every subnet (the first four and the last), and the largest
+# subnet is a /16 (a VPC block is /16 to /28). Each node needs at least one address, so no
+# cluster in one subnet (a cluster placement group is one zone, gpuforge uses one subnet)
+# can have more nodes than this.
+# Source: https://docs.aws.amazon.com/vpc/latest/userguide/subnet-sizing.html
+SUBNET_RESERVED_ADDRESSES = 5
+SUBNET_SIZING_SOURCE = "https://docs.aws.amazon.com/vpc/latest/userguide/subnet-sizing.html"
+MAX_NODE_COUNT = 2**16 - SUBNET_RESERVED_ADDRESSES
 
 # A partition placement group has up to seven partitions per Availability Zone.
 # Source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/placement-strategies.html
@@ -147,6 +162,23 @@ def _check_capacity_block(capacity: CapacitySpec) -> None:
             "use more than 30 (the default is 45)",
             source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-monitor.html",
         )
+    if capacity.end <= capacity.start:
+        raise invalid(
+            "capacity.end",
+            capacity.end.isoformat(),
+            f"a Capacity Block ends after it starts ({capacity.start.isoformat()})",
+            "copy start and end from the Capacity Block's offering (describe-capacity-block-offerings)",
+            source=CAPACITY_BLOCK_SOURCE,
+        )
+    if capacity.end - capacity.start > CAPACITY_BLOCK_MAX_DURATION:
+        raise invalid(
+            "capacity.end",
+            capacity.end.isoformat(),
+            f"a Capacity Block lasts at most {CAPACITY_BLOCK_MAX_DURATION.days} days; this one lasts "
+            f"{(capacity.end - capacity.start).days} days from {capacity.start.isoformat()}",
+            "copy start and end from the Capacity Block's offering (describe-capacity-block-offerings)",
+            source=CAPACITY_BLOCK_SOURCE,
+        )
     if capacity.end - lead <= capacity.start:
         raise invalid(
             "capacity.end",
@@ -154,6 +186,38 @@ def _check_capacity_block(capacity: CapacitySpec) -> None:
             f"the block must last longer than the {capacity.scale_in_minutes_before_end}-minute "
             f"scale-in lead after its start {capacity.start.isoformat()}",
             "check the start and end dates against the Capacity Block",
+        )
+
+
+def private_subnet_block(vpc_cidr: str) -> ipaddress.IPv4Network:
+    """The private subnet of a new VPC: the first half of its block (the controller's address lies in it)."""
+    return next(ipaddress.IPv4Network(vpc_cidr).subnets(prefixlen_diff=1))
+
+
+def check_subnet_addresses(
+    instance: hardware.InstanceType, node_count: int, subnet: ipaddress.IPv4Network, *, controllers: int
+) -> None:
+    """Refuse a node count whose addresses cannot fit the subnet the nodes are launched in.
+
+    A node takes one private address for each interface that carries IP (the primary one, and
+    an EFA-with-ENA interface); EFA-only interfaces take none, since AWS cannot assign them an
+    IP address (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/create-efa.html).
+    `controllers` counts other instances in the subnet (the Slurm controller).
+    """
+    from gpuforge.components.efa_layout import interface_layout  # efa_layout imports hardware only
+
+    per_node = sum(1 for slot in interface_layout(instance) if slot.takes_ip)
+    needed = node_count * per_node + controllers
+    usable = subnet.num_addresses - SUBNET_RESERVED_ADDRESSES
+    if needed > usable:
+        raise invalid(
+            "node_count",
+            node_count,
+            f"{node_count} {instance.name} node(s) need {needed} private addresses ({per_node} each"
+            f"{f', plus {controllers} for the controller' if controllers else ''}), more than the "
+            f"{usable} the subnet {subnet} can give (AWS reserves {SUBNET_RESERVED_ADDRESSES})",
+            f"use at most {(usable - controllers) // per_node} nodes, or a larger VPC block (up to /16)",
+            source=SUBNET_SIZING_SOURCE,
         )
 
 

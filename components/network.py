@@ -31,6 +31,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpuforge.components import cluster_rules
+from gpuforge.components.cluster_rules import private_subnet_block
 from gpuforge.components.specs import NetworkSpec
 
 TOKEN = "gpuforge:network:ClusterNetwork"
@@ -41,11 +42,6 @@ TOKEN = "gpuforge:network:ClusterNetwork"
 INTERFACE_ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "autoscaling")
 ALL_TRAFFIC = "-1"
 HTTPS = 443
-
-
-def private_subnet_block(vpc_cidr: str) -> ipaddress.IPv4Network:
-    """The private subnet of a new VPC: the first half of its block (the controller's address lies in it)."""
-    return next(ipaddress.IPv4Network(vpc_cidr).subnets(prefixlen_diff=1))
 
 
 @dataclass(frozen=True)

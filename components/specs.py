@@ -340,7 +340,7 @@ class GpuClusterSpec(_Spec):
 
     name: str
     instance_type: str
-    node_count: int = Field(ge=1)
+    node_count: int = Field(ge=1, le=cluster_rules.MAX_NODE_COUNT)
     node_mode: NodeMode = "asg"
     availability_zone: str
     ami: AmiPin
@@ -377,6 +377,13 @@ class GpuClusterSpec(_Spec):
         cluster_rules.check_capacity_block_type(instance, self.capacity)
         cluster_rules.check_placement(instance, self.placement_strategy, self.partition_count, self.capacity)
         cluster_rules.check_user_tags(self.tags)
+        if not self.network.existing:  # an existing subnet's size is known only to EC2
+            cluster_rules.check_subnet_addresses(
+                instance,
+                self.node_count,
+                cluster_rules.private_subnet_block(self.network.vpc_cidr),
+                controllers=1 if self.scheduler.type == "slurm" else 0,
+            )
         if self.wait_for_capacity_timeout is not None:
             cluster_rules.check_wait_timeout(self.wait_for_capacity_timeout)
         return self

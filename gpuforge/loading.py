@@ -256,6 +256,8 @@ def parse_yaml(
         finally:
             loader.dispose()
     except yaml.YAMLError as error:
+        if isinstance(error, yaml.reader.ReaderError):  # raised before `name` was set above
+            error.name = source
         raise _fail(source, f"not valid YAML: {_one_line(error)}", fix) from None
     except (ValueError, OverflowError) as error:  # a date-like value that is no date: 2025-02-30
         raise _fail(source, f"not valid YAML: {error}", fix) from None

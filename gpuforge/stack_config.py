@@ -76,6 +76,7 @@ from gpuforge.components.specs import (
     CapacitySpec,
     GpuClusterSpec,
     LustreSpec,
+    NetworkSpec,
     NodeMode,
     SchedulerSpec,
 )
@@ -158,7 +159,7 @@ class _GpuforgeKeys(_Strict):
 
     matrix: StrictStr = Field(min_length=1)
     instanceType: StrictStr = Field(min_length=1)  # the field names are the config keys
-    nodeCount: StrictInt = Field(ge=1)
+    nodeCount: StrictInt = Field(ge=1, le=cluster_rules.MAX_NODE_COUNT)  # what one subnet can hold
     nodeMode: NodeMode
     availabilityZone: StrictStr = Field(min_length=1)
     capacity: _CapacityKeys
@@ -350,7 +351,25 @@ def _pydantic_error(source: str, error: ValidationError, decoded: Mapping[str, A
     )
 
 
-def _resolve(stack_dir: Path, value: str) -> Path:
+# Linux's PATH_MAX and NAME_MAX: a longer path, or a longer name in it, fails every system call.
+_PATH_MAX = 4096
+_NAME_MAX = 255
+
+
+def _resolve(source: str, key: str, stack_dir: Path, value: str) -> Path:
+    """The path a config key names, absolute; a path no system call could take is an InputError."""
+    problem = None
+    if any(not ch.isprintable() for ch in value):
+        problem = "holds a control character (a NUL byte, a newline or an escape)"
+    elif len(value.encode("utf-8")) >= _PATH_MAX:
+        problem = f"is longer than a path may be ({_PATH_MAX} bytes)"
+    elif any(len(part.encode("utf-8")) > _NAME_MAX for part in value.split("/")):
+        problem = f"has a name longer than a file name may be ({_NAME_MAX} bytes)"
+    if problem is not None:
+        raise InputError(
+            f"{source}: {NAMESPACE}:{key} = {value[:80]!r}{'...' if len(value) > 80 else ''} {problem}. "
+            f"Fix: give the path of a file, relative to the stack directory {stack_dir} or absolute."
+        )
     path = Path(value).expanduser()
     return path if path.is_absolute() else (stack_dir / path).resolve()
 
@@ -427,14 +446,14 @@ def parse_engine_values(
         keys = _GpuforgeKeys.model_validate(decoded)
     except ValidationError as error:
         raise _pydantic_error(source, error, decoded) from None
-    matrix_path = _resolve(stack_dir, keys.matrix)
+    matrix_path = _resolve(source, "matrix", stack_dir, keys.matrix)
     if not matrix_path.is_file():
         raise InputError(
             f"{source}: {NAMESPACE}:matrix = {keys.matrix!r}: no matrix file at {matrix_path}. "
             "Fix: give the path of a matrix under images/matrices/, relative to the stack directory "
             f"{stack_dir} (e.g. ../../images/matrices/p5-h100-cuda12.yaml) or absolute."
         )
-    _component_rule(
+    instance = _component_rule(
         source, f"{NAMESPACE}:instanceType", lambda: cluster_rules.instance_type(keys.instanceType)
     )
     _component_rule(
@@ -462,6 +481,17 @@ def parse_engine_values(
             source, f"{NAMESPACE}:scheduler", lambda: SchedulerSpec(**scheduler_keys.model_dump())
         )
     )
+    # Stacks launch into the VPC gpuforge creates with its default block (NetworkSpec's).
+    _component_rule(
+        source,
+        f"{NAMESPACE}:nodeCount",
+        lambda: cluster_rules.check_subnet_addresses(
+            instance,
+            keys.nodeCount,
+            cluster_rules.private_subnet_block(NetworkSpec().vpc_cidr),
+            controllers=1 if scheduler.type == "slurm" else 0,
+        ),
+    )
     slurm_version = _slurm_version(source, matrix_path) if scheduler.type == "slurm" else None
     return StackConfig(
         project=project,
@@ -478,7 +508,9 @@ def parse_engine_values(
         lustre=lustre,
         scheduler=scheduler,
         slurm_version=slurm_version,
-        catalog_path=_resolve(stack_dir, keys.catalog) if keys.catalog is not None else None,
+        catalog_path=_resolve(source, "catalog", stack_dir, keys.catalog)
+        if keys.catalog is not None
+        else None,
         engine_values=dict(values),
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,18 @@ def _positive(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: the timeout must be more than 0 seconds")
+    if not math.isfinite(value) or value <= 0:  # nan compares false with everything, so test it first
+        raise argparse.ArgumentTypeError(f"{text!r}: the timeout must be a finite number of seconds above 0")
     return value
+
+
+def _printable(text: str) -> str:
+    """`text` safe for a terminal: control characters (escape sequences, newlines) shown escaped.
+
+    Catalog names come from files in pull requests; printed raw, an escape sequence could
+    rewrite the screen or hide a row.
+    """
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 def register(subparsers: Any) -> None:
@@ -139,18 +149,21 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps(catalog.to_json(), indent=2, sort_keys=True))
         return 0
     if not catalog.entries:
-        print(f"{args.catalog}: no AMIs recorded")
+        print(f"{_printable(str(args.catalog))}: no AMIs recorded")
         return 0
     header = ("AMI", "REGION", "MATRIX", "VERSION", "DIGEST", "BUILT", "PACKER")
     rows = [
-        (
-            e.ami_id,
-            e.region,
-            e.matrix_name,
-            e.matrix_version,
-            e.matrix_digest[:12],
-            e.built_at,
-            e.packer_version,
+        tuple(
+            _printable(cell)
+            for cell in (
+                e.ami_id,
+                e.region,
+                e.matrix_name,
+                e.matrix_version,
+                e.matrix_digest[:12],
+                e.built_at,
+                e.packer_version,
+            )
         )
         for e in sorted(catalog.entries, key=lambda e: (e.matrix_name, e.matrix_version, e.region))
     ]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
 from gpuforge.errors import Finding, GpuforgeError, Severity
@@ -83,6 +83,14 @@ def _ofi_shorthand(value: Any) -> Any:
     return value
 
 
+def _unique_targets(targets: list[str]) -> list[str]:
+    """The same type twice would pass silently and change the digest without changing the image."""
+    repeated = sorted({t for t in targets if targets.count(t) > 1})
+    if repeated:
+        raise ValueError(f"each instance type is listed once; {', '.join(repeated)} appears more than once")
+    return targets
+
+
 class Matrix(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
     version: str
@@ -103,7 +111,7 @@ class Matrix(_Strict):
     # Slurm because Slurm's mpi/pmix plugin is built against it (the rule slurm.pmix-required).
     slurm: SourceTarball | None = None
     pmix: SourceTarball | None = None
-    targets: list[str] = Field(min_length=1)
+    targets: Annotated[list[str], AfterValidator(_unique_targets)] = Field(min_length=1)
 
     def normalized(self) -> dict[str, Any]:
         """The matrix as plain data, optional empties dropped: what the digest hashes."""

@@ -250,8 +250,15 @@ def _claim_out_dir(out: Path) -> Path:
             f"{out}: the output folder exists and is not empty; rendering would mix old and new files. "
             "Fix: pass a new or empty folder to --out."
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise InputError(
+            f"{out}: cannot create the output folder ({reason}). "
+            "Fix: pass an --out folder whose parent exists or can be created and that you may write to."
+        ) from None
 
 
 def render(matrix: Matrix, digest: str, options: RenderOptions, out: Path) -> RenderedBuild:
@@ -266,6 +273,12 @@ def render(matrix: Matrix, digest: str, options: RenderOptions, out: Path) -> Re
         if out.exists():
             out.rmdir()
         staging.replace(out)
+    except OSError as error:  # a full disk, or --out taken by another writer meanwhile
+        shutil.rmtree(staging, ignore_errors=True)
+        raise InputError(
+            f"{out}: cannot write the rendered build ({error.strerror or error}). "
+            "Fix: pass a new or empty --out folder on a disk with free space."
+        ) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

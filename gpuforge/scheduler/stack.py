@@ -8,7 +8,7 @@ controller's offset, the same function the SlurmController component uses.
 from __future__ import annotations
 
 from gpuforge import hardware
-from gpuforge.components.network import private_subnet_block
+from gpuforge.components.cluster_rules import private_subnet_block
 from gpuforge.components.slurm_controller import controller_address, slurm_cluster
 from gpuforge.components.specs import NetworkSpec
 from gpuforge.errors import InputError
