@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pulumi_aws as aws
-import pytest
 from policy_helpers import (
     BUCKET,
     BUCKET_ENCRYPTION,
