@@ -49,6 +49,26 @@ def register(subparsers: Any) -> None:
         help="a saved DescribeInstanceTopology or DescribeCapacityReservationTopology response (JSON)",
     )
     render.set_defaults(handler=_render)
+    sync = commands.add_parser(
+        "sync-topology",
+        help="on the controller: add the switches AWS reports to topology.conf and place each node under its leaf",
+        description="One round of keeping Slurm's topology/tree equal to DescribeInstanceTopology for the "
+        "cluster's running GPU nodes (the controller's timer runs it every minute). Exit 0 when the round "
+        "completed, 1 when AWS or slurmctld did not answer, 2 for bad flags.",
+    )
+    sync.add_argument(
+        "--cluster", required=True, metavar="NAME", help="the cluster (its gpuforge:cluster tag)"
+    )
+    sync.add_argument("--instance-type", required=True, metavar="TYPE", help="the GPU nodes' instance type")
+    sync.add_argument("--region", required=True, metavar="REGION", help="the cluster's AWS region")
+    sync.add_argument(
+        "--topology-conf",
+        type=Path,
+        default=Path("/etc/slurm/topology.conf"),
+        metavar="FILE",
+        help="the topology.conf slurmctld reads (default: %(default)s)",
+    )
+    sync.set_defaults(handler=_sync)
 
 
 def _read_topology(path: Path) -> object:
@@ -77,4 +97,31 @@ def _render(args: argparse.Namespace) -> int:
         target = args.out / name
         write_text_atomic(target, text)  # an unwritable --out is an InputError naming the file
         print(f"wrote {target}")
+    return 0
+
+
+def _sync(args: argparse.Namespace) -> int:
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from gpuforge.scheduler.sync import SyncError, run_scontrol, sync_topology
+
+    ec2 = boto3.client("ec2", region_name=args.region)
+    try:
+        result = sync_topology(
+            ec2,
+            run_scontrol,
+            cluster=args.cluster,
+            instance_type=args.instance_type,
+            topology_conf=args.topology_conf,
+        )
+    except (BotoCoreError, ClientError) as error:
+        raise SyncError(
+            f"AWS did not answer the topology round: {error}. Fix: give the controller's role "
+            "ec2:DescribeInstances and ec2:DescribeInstanceTopology, and check the region."
+        ) from None
+    print(
+        f"{result.nodes_seen} running node(s); switches added: {', '.join(result.switches_added) or 'none'}; "
+        f"placed: {', '.join(f'{node} under {leaf}' for node, leaf in result.placed.items()) or 'none'}"
+    )
     return 0

@@ -241,3 +241,25 @@ def test_a_topology_without_switches_is_refused_as_slurmctld_would() -> None:
         render_files(_cluster("p5.48xlarge", topology=NetworkTopology(children={})))
     pending = render_files(_cluster("p5.48xlarge", topology=NetworkTopology.pending("t")))["topology.conf"]
     assert pending.splitlines()[-1] == "SwitchName=t-unplaced"
+
+
+def test_sync_topology_without_aws_exits_1_naming_the_permissions(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # the discard port: nothing answers
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    argv = [
+        "scheduler",
+        "sync-topology",
+        "--cluster",
+        "c",
+        "--instance-type",
+        "p5.48xlarge",
+        "--region",
+        "us-east-1",
+    ]
+    assert main([*argv, "--topology-conf", str(tmp_path / "topology.conf")]) == 1
+    assert "ec2:DescribeInstanceTopology" in capsys.readouterr().err
+    assert not (tmp_path / "topology.conf").exists()
