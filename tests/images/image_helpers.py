@@ -33,3 +33,27 @@ def variant(directory: Path, name: str, base: str = "p5-h100-cuda12", **changes:
     data["name"] = name
     data.update(changes)
     return write_matrix(directory, data, f"{name}.yaml")
+
+
+# The base utilities the provisioning scripts may find on any build host. A script test's PATH
+# holds its stand-ins and these only, so that a host tool the script probes for (cloud-init on
+# common CI runners, nvidia-smi, systemctl) can never leak in and change or block the run.
+BASE_UTILITIES = (
+    "bash", "env", "cat", "grep", "sed", "awk", "mkdir", "rm", "rmdir", "cp", "mv", "ln", "chmod",
+    "chown", "install", "sort", "uniq", "head", "tail", "tr", "cut", "printf", "echo", "test", "[",
+    "true", "false", "sha256sum", "tar", "gzip", "find", "xargs", "date", "id", "basename", "dirname",
+    "readlink", "realpath", "stat", "wc", "tee", "touch", "mktemp", "sleep", "ls", "dpkg", "uname",
+    "getent", "seq", "diff", "cmp", "sh", "dash", "od", "comm", "join", "paste", "expr", "nproc",
+)  # fmt: skip
+
+
+def base_path(directory: Path) -> str:
+    """A folder of links to BASE_UTILITIES (those this host has), for a script test's PATH."""
+    import shutil
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in BASE_UTILITIES:
+        found = shutil.which(name, path="/usr/bin:/bin")
+        if found is not None and not (directory / name).exists():
+            (directory / name).symlink_to(found)
+    return str(directory)

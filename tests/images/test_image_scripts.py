@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from image_helpers import MATRICES, REPO, load_matrix_data, write_matrix
+from image_helpers import MATRICES, REPO, base_path, load_matrix_data, write_matrix
 
 from gpuforge.images.matrix import load_valid
 from gpuforge.images.render import STEPS, RenderOptions, render
@@ -67,7 +67,7 @@ def _bash(payload: Path, script: str, env: dict[str, str] | None = None) -> subp
         capture_output=True,
         text=True,
         timeout=30,
-        env={"PATH": "/usr/bin:/bin", **(env or {})},
+        env={"PATH": base_path(payload.parent / "base-bin"), **(env or {})},
         check=False,
     )
 
@@ -141,7 +141,7 @@ def _with_madison(tmp_path: Path, output: str) -> dict[str, str]:
     stub = bin_dir / "apt-cache"
     stub.write_text(f'#!/usr/bin/env bash\n[[ "$1" == madison ]] && cat "{tmp_path}/madison.txt"\n')
     stub.chmod(0o755)
-    return {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    return {"PATH": f"{bin_dir}:{base_path(tmp_path / 'base-bin')}"}
 
 
 def test_apt_resolve_picks_the_one_version_from_the_intended_repository(
@@ -202,7 +202,7 @@ def _kernel_step(
         )
     )
     env = {
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "PATH": f"{bin_dir}:{base_path(tmp_path / 'base-bin')}",
         "GPUFORGE_ROOT": str(root),
         "MADISON": str(madison),
         "CUDA_FPR": cuda_fpr,
@@ -284,7 +284,7 @@ def _slurm_step(payload: Path, tmp_path: Path) -> tuple[subprocess.CompletedProc
         stub.chmod(0o755)
     done = subprocess.run(
         ["bash", str(payload / "scripts" / "45-slurm.sh")],
-        env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+        env={"PATH": f"{bin_dir}:{base_path(tmp_path / 'base-bin')}"},
         capture_output=True,
         text=True,
         timeout=60,

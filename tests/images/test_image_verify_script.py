@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from image_helpers import FIXTURES, MATRICES, load_matrix_data, write_matrix
+from image_helpers import FIXTURES, MATRICES, base_path, load_matrix_data, write_matrix
 
 from gpuforge.images.matrix import load_valid
 from gpuforge.images.render import RenderOptions, render
@@ -95,7 +95,7 @@ def _lay_out(node: Node, base: Path) -> tuple[Path, Path, Path]:
 def _verify(payload: Path, node: Node, base: Path) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
     bin_dir, replay, root = _lay_out(node, base)
     env = {
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "PATH": f"{bin_dir}:{base_path(bin_dir.parent / 'base-bin')}",
         "GPUFORGE_ROOT": str(root),
         "REPLAY_DIR": str(replay),
         "LC_ALL": "C",
