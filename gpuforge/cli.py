@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -79,6 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except GpuforgeError as error:
         print(f"gpuforge: error: {error.message}", file=sys.stderr)
+        if getattr(args, "json", False):
+            # A script that parses --json output gets an object on failure too, not empty stdout.
+            print(json.dumps({"error": {"message": error.message, "exit_code": error.exit_code}}))
         return error.exit_code
     except KeyboardInterrupt:
         print("gpuforge: interrupted", file=sys.stderr)

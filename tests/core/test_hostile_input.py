@@ -356,3 +356,13 @@ def test_render_into_an_unwritable_place_is_exit_2(
     code = main(["image", "render", str(MATRIX), "--region", "us-east-1", "--out", str(blocker / "out")])
     assert code == 2
     assert "cannot create the output folder" in capsys.readouterr().err
+
+
+def test_json_commands_print_a_json_error_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"\xff")
+    assert main(["matrix", "show", str(bad), "--json"]) == 2
+    captured = capsys.readouterr()
+    error = json.loads(captured.out)["error"]
+    assert error["exit_code"] == 2 and "not UTF-8 text" in error["message"]
+    assert "gpuforge: error:" in captured.err
