@@ -71,7 +71,7 @@ def test_bad_config_exits_2_naming_the_file(tmp_path: Path, capsys: pytest.Captu
     code = main(["preflight", str(stack_dir), "--stack", "test", "--json"])
     captured = capsys.readouterr()
     assert code == 2
-    assert captured.out == ""
+    assert json.loads(captured.out)["error"]["exit_code"] == 2  # --json: the error as an object too
     assert "Pulumi.test.yaml" in captured.err and "gpuforge:nodeCount" in captured.err
 
 
