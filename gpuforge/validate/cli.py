@@ -1,9 +1,11 @@
-"""`gpuforge validate report --instance-type TYPE --nodes N FILE... [--json] [--plot FILE]`.
+"""`gpuforge validate STACK_DIR --stack NAME ...` and `gpuforge validate report ... FILE...`.
 
-Parses saved nccl-tests (`all_reduce_perf`) and `dcgmi diag` outputs and judges them
-against the instance type's floors (`gpuforge/data/instance_types.json`,
-`allreduce_floors`). Exit 0 when every file passes, 1 when one fails, 2 for bad input.
-Each file is read as dcgmi output when it holds dcgmi's table, else as nccl-tests output.
+`validate STACK_DIR` runs the acceptance on a deployed cluster through Slurm
+(gpuforge.validate.run); `validate report` parses saved nccl-tests (`all_reduce_perf`) and
+`dcgmi diag` outputs and judges them against the instance type's floors
+(`gpuforge/data/instance_types.json`, `allreduce_floors`), reading each file as dcgmi output
+when it holds dcgmi's table, else as nccl-tests output. Both exit 0 when every floor holds,
+1 when one fails, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -19,21 +21,67 @@ from gpuforge.errors import InputError
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 
 
+USAGE = """\
+gpuforge validate STACK_DIR --stack NAME [--diag-level N] [--drain] [--json] [--plot FILE] [--timeout S]
+gpuforge validate report --instance-type TYPE --nodes N FILE... [--json] [--plot FILE]"""
+DESCRIPTION = (
+    "The acceptance run after `pulumi up`. Floors: the expected in-place all-reduce busbw at 1 GiB "
+    "per instance type (single node over NVLink, 2+ nodes over EFA), each with its source; a run "
+    "below 90% of the figure fails, as does any #wrong above 0, a NCCL WARN, a missing size, a "
+    "truncated output or a failed dcgmi test. Exit 0 when every floor holds, 1 when one fails, 2 for bad input."
+)
+
+
 def register(subparsers: Any) -> None:
+    # The run takes STACK_DIR where `report` takes its own arguments, so this command parses its
+    # argument list itself (`_dispatch`); '+' as the prefix lets --help through to it.
     parser = subparsers.add_parser(
         "validate",
-        help="judge NCCL all-reduce and DCGM diagnostics against per-type floors",
-        description=(
-            "The acceptance run after `pulumi up`. Floors: the expected in-place all-reduce busbw at 1 GiB "
-            "per instance type (single node over NVLink, 2+ nodes over EFA), each with its source; a run "
-            "below 90%% of the figure fails, as does any #wrong above 0, a NCCL WARN, a missing size, a "
-            "truncated output or a failed dcgmi test."
-        ),
+        help="run or judge the NCCL/DCGM acceptance against per-type floors",
+        add_help=False,
+        prefix_chars="+",
     )
-    commands = parser.add_subparsers(dest="validate_command", required=True, metavar="COMMAND")
-    report = commands.add_parser(
-        "report",
-        help="judge saved nccl-tests and dcgmi diag outputs offline",
+    parser.add_argument("argv", nargs="...")
+    parser.set_defaults(handler=_dispatch)
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuforge validate", usage=USAGE, description=DESCRIPTION)
+    parser.add_argument(
+        "stack_dir", type=Path, metavar="STACK_DIR", help="the Pulumi project, e.g. stacks/training"
+    )
+    parser.add_argument(
+        "--stack", required=True, metavar="NAME", help="the deployed stack: reads Pulumi.NAME.yaml"
+    )
+    parser.add_argument(
+        "--diag-level",
+        type=int,
+        choices=(1, 2, 3, 4),
+        default=1,
+        metavar="N",
+        help="dcgmi diag -r level on every node: 1 quick (default) to 4 longest",
+    )
+    parser.add_argument(
+        "--drain",
+        action="store_true",
+        help="drain the slow nodes and those whose diag failed (reason 'gpuforge: validate: ...'), so Auto Scaling replaces them",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON (README: Acceptance)")
+    parser.add_argument("--plot", type=Path, metavar="FILE", help="write busbw against message size as SVG")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        metavar="S",
+        help="seconds each step may take (default: %(default)s)",
+    )
+    parser.set_defaults(handler=_run)
+    return parser
+
+
+def _report_parser() -> argparse.ArgumentParser:
+    report = argparse.ArgumentParser(
+        prog="gpuforge validate report",
         description="Parses saved outputs and judges them against the type's floors. Exit 0 pass, 1 fail, 2 bad input.",
     )
     report.add_argument(
@@ -50,6 +98,63 @@ def register(subparsers: Any) -> None:
     report.add_argument("--json", action="store_true", help="print the report as JSON (README: Acceptance)")
     report.add_argument("--plot", type=Path, metavar="FILE", help="write busbw against message size as SVG")
     report.set_defaults(handler=_report)
+    return report
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    argv = list(args.argv)
+    parser = _report_parser() if argv[:1] == ["report"] else _run_parser()
+    parsed = parser.parse_args(argv[1:] if argv[:1] == ["report"] else argv)
+    handler: Any = parsed.handler
+    return int(handler(parsed))
+
+
+def _emit(report: Any, args: argparse.Namespace) -> int:
+    from gpuforge.validate.report import render_svg, render_text
+
+    if args.plot is not None:
+        write_plot(args.plot, render_svg(report))
+    print(
+        json.dumps(report.to_json(), indent=2) if args.json else render_text(report),
+        end="\n" if args.json else "",
+    )
+    return 0 if report.passed else 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    import math
+
+    from gpuforge import hardware
+    from gpuforge.stack_config import load_stack_config
+    from gpuforge.validate.floors import floors_for
+    from gpuforge.validate.run import Plan, Slurm, drain_failed, idle_nodes, run_acceptance
+
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        raise InputError(
+            f"--timeout {args.timeout}: a step needs a positive number of seconds. Fix: pass e.g. 900."
+        )
+    config = load_stack_config(args.stack_dir, args.stack)
+    if config.scheduler.type != "slurm":
+        raise InputError(
+            f"{config.source}: gpuforge:scheduler: stack {config.stack} runs no Slurm, and the acceptance is "
+            "submitted through Slurm. Fix: deploy the stack with `gpuforge:scheduler: {type: slurm, ...}`."
+        )
+    floors = floors_for(config.instance_type)
+    slurm = Slurm(step_timeout_s=args.timeout)
+    partition = next(p.name for p in config.scheduler.effective_partitions if p.default)
+    nodes = idle_nodes(slurm, partition)
+    if not nodes:
+        raise InputError(
+            f"partition {partition} of stack {config.stack} has no idle node to validate. "
+            "Fix: wait until the nodes joined (`sinfo`), or run from the cluster's controller."
+        )
+    minutes = max(1, math.ceil(args.timeout / 60))
+    plan = Plan(nodes, hardware.get(config.instance_type), floors, args.diag_level, minutes)
+    report = run_acceptance(slurm, plan)
+    if args.drain:
+        drained = drain_failed(slurm, report)
+        slurm.progress(f"validate: drained {', '.join(drained) or 'no node'}")
+    return _emit(report, args)
 
 
 def read_output(path: Path) -> str:
@@ -77,7 +182,7 @@ def write_plot(path: Path, svg: str) -> None:
 
 def _report(args: argparse.Namespace) -> int:
     from gpuforge.validate.floors import floors_for
-    from gpuforge.validate.report import judge_files, render_svg, render_text
+    from gpuforge.validate.report import judge_files
 
     if args.nodes < 1:
         raise InputError(
@@ -85,10 +190,4 @@ def _report(args: argparse.Namespace) -> int:
         )
     floors = floors_for(args.instance_type)
     report = judge_files([(str(path), read_output(path)) for path in args.files], floors, args.nodes)
-    if args.plot is not None:
-        write_plot(args.plot, render_svg(report))
-    print(
-        json.dumps(report.to_json(), indent=2) if args.json else render_text(report),
-        end="\n" if args.json else "",
-    )
-    return 0 if report.passed else 1
+    return _emit(report, args)

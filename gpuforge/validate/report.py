@@ -25,6 +25,7 @@ class NcclVerdict:
     busbw_large: float | None
     floor: float
     problems: list[str]
+    nodes: int  # the nodes the run spanned (1: NVLink only)
 
     @property
     def passed(self) -> bool:
@@ -119,7 +120,7 @@ def judge_nccl(file: str, text: str, floors: Floors, nodes: int) -> NcclVerdict:
             f"busbw {busbw:.2f} GB/s at {floors.message_bytes} bytes is below the floor of {floor:.2f} GB/s "
             f"({floors.fail_below_fraction:.0%} of the expected {(floors.single_node if nodes == 1 else floors.multi_node).busbw:.2f})"
         )
-    return NcclVerdict(file, run, busbw, floor, problems)
+    return NcclVerdict(file, run, busbw, floor, problems, nodes)
 
 
 def judge_files(paths_and_texts: list[tuple[str, str]], floors: Floors, nodes: int) -> Report:
@@ -138,7 +139,7 @@ def render_text(report: Report) -> str:
     lines: list[str] = []
     for item in report.nccl:
         lines.append(
-            f"nccl-tests {item.file} ({report.nodes} node(s), floor {item.floor:.2f} GB/s at {report.floors.message_bytes} B)"
+            f"nccl-tests {item.file} ({item.nodes} node(s), floor {item.floor:.2f} GB/s at {report.floors.message_bytes} B)"
         )
         lines.append(f"  {'bytes':>12} {'algbw GB/s':>11} {'busbw GB/s':>11} {'#wrong':>7}")
         for row in item.run.rows:

@@ -1,0 +1,238 @@
+"""The acceptance run on a deployed cluster, submitted through Slurm: diag, NVLink, fabric, slow nodes.
+
+Every step is an `srun` from the host running `gpuforge validate` (the controller, or any
+host with the cluster's Slurm client), so Slurm allocates each step's nodes whole and
+each step's stdout comes straight back here; no shared folder is needed. The steps:
+
+1. on every node at once, one `srun -w <node>` each: `dcgmi diag -r <level>`, then a
+   single-node `all_reduce_perf` over NVLink on all of the node's GPUs;
+2. one `srun` over every node: `all_reduce_perf` with one task per GPU, over a size sweep
+   up to the floor's message size, with the EFA environment the type needs;
+3. when that falls below the floor, `find_slow_nodes`, each round's pairs run at once.
+
+Every `srun` carries a Slurm time limit and a local timeout; a step that times out, dies or
+prints a broken table is a failed verdict naming the step, never a pass.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from gpuforge.errors import GpuforgeError
+from gpuforge.hardware import InstanceType
+from gpuforge.node.context import expects_efa, expects_gpu_nic_locality
+from gpuforge.node.slurm import REASON_PREFIX, clean_reason, drain_argv
+from gpuforge.validate.dcgm import parse_diag
+from gpuforge.validate.floors import Floors
+from gpuforge.validate.nccl import parse_nccl
+from gpuforge.validate.report import DiagVerdict, NcclVerdict, Report, judge_nccl
+from gpuforge.validate.search import Group, find_slow_nodes
+
+# The libfabric EFA provider for NCCL's aws-ofi-nccl plugin, and GPUDirect RDMA on the types
+# built with EFA NICs beside their GPUs. Source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start-nccl.html
+# (the test command exports FI_PROVIDER=efa, and FI_EFA_USE_DEVICE_RDMA=1 on p4d and later).
+EFA_ENV = {"FI_PROVIDER": "efa"}
+GPUDIRECT_ENV = {"FI_EFA_USE_DEVICE_RDMA": "1"}
+SWEEP_START_BYTES = 8
+
+
+class ValidateError(GpuforgeError):
+    """Slurm could not be asked to run the acceptance (exit 2: the cluster is not reachable as given)."""
+
+
+@dataclass(frozen=True)
+class Slurm:
+    """How this host reaches the cluster's Slurm: a command prefix (empty on the controller) and limits."""
+
+    prefix: tuple[str, ...] = ()
+    step_timeout_s: float = 900.0
+    progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
+
+    def run(self, argv: Sequence[str], *, timeout: float = 60.0) -> str:
+        try:
+            done = subprocess.run(
+                [*self.prefix, *argv], capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise ValidateError(
+                f"`{' '.join(argv)}` did not complete: {error}. Fix: run where Slurm's client works."
+            ) from None
+        if done.returncode != 0:
+            raise ValidateError(
+                f"`{' '.join(argv)}` exited {done.returncode}: {done.stderr.strip()}. "
+                "Fix: check that slurmctld answers (`scontrol ping`)."
+            )
+        return done.stdout
+
+    def steps(self, commands: Sequence[Sequence[str]], what: str) -> list[tuple[str, str | None]]:
+        """Run `commands` at once; per command (stdout, problem or None), with a progress line as each ends."""
+        procs = [
+            subprocess.Popen([*self.prefix, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for argv in commands
+        ]
+        deadline = time.monotonic() + self.step_timeout_s
+        results: list[tuple[str, str | None]] = []
+        for done, proc in enumerate(procs, start=1):
+            try:
+                out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                out, err = _stop(proc)
+                results.append((out, f"timed out after {self.step_timeout_s:.0f} s"))
+            else:
+                problem = (
+                    None if proc.returncode == 0 else f"srun exited {proc.returncode}: {err.strip()[-300:]}"
+                )
+                results.append((out, problem))
+            self.progress(f"validate: {what}: {done}/{len(procs)} done")
+        return results
+
+
+def _stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """End a timed-out srun: SIGTERM makes srun cancel its step on every node; SIGKILL if it lingers."""
+    proc.terminate()
+    try:
+        return proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+
+
+def srun_argv(
+    nodes: Sequence[str],
+    tasks_per_node: int,
+    gpus: int,
+    env: dict[str, str],
+    command: Sequence[str],
+    minutes: int,
+) -> list[str]:
+    """One step on exactly `nodes`, all at once (gang), with its own GPUs and a Slurm time limit."""
+    exports = ",".join(["ALL", *(f"{key}={value}" for key, value in sorted(env.items()))])
+    return [
+        "srun",
+        f"--nodes={len(nodes)}",
+        f"--nodelist={','.join(nodes)}",
+        f"--ntasks-per-node={tasks_per_node}",
+        f"--gres=gpu:{gpus}",
+        f"--time={minutes}",
+        "--kill-on-bad-exit=1",
+        "--chdir=/tmp",
+        f"--export={exports}",
+        *command,
+    ]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run: the nodes, their type's floors and GPUs, the dcgmi level."""
+
+    nodes: tuple[str, ...]
+    instance_type: InstanceType
+    floors: Floors
+    diag_level: int = 1
+    minutes: int = 15
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = dict(EFA_ENV) if expects_efa(self.instance_type) else {}
+        return env | (GPUDIRECT_ENV if expects_gpu_nic_locality(self.instance_type) else {})
+
+    def all_reduce(
+        self, nodes: Sequence[str], *, start: int = SWEEP_START_BYTES, gpus_per_task: int = 1
+    ) -> list[str]:
+        gpus = self.instance_type.gpu_count
+        per_node = gpus // gpus_per_task
+        command = [
+            "all_reduce_perf",
+            "-b",
+            str(start),
+            "-e",
+            str(self.floors.message_bytes),
+            "-f",
+            "2",
+            "-g",
+            str(gpus_per_task),
+        ]
+        return srun_argv(nodes, per_node, gpus, self.env, command, self.minutes)
+
+    def diag(self, node: str) -> list[str]:
+        gpus = self.instance_type.gpu_count
+        return srun_argv([node], 1, gpus, {}, ["dcgmi", "diag", "-r", str(self.diag_level)], self.minutes)
+
+
+def idle_nodes(slurm: Slurm, partition: str) -> tuple[str, ...]:
+    """The partition's nodes that can take a job now (idle or mixed, not drained or down)."""
+    # sinfo's -t idle also matches drained nodes (their base state is idle); %t tells them apart.
+    out = slurm.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N %t"])
+    return tuple(
+        sorted(
+            {name for name, state in (line.split() for line in out.splitlines()) if state in {"idle", "mix"}}
+        )
+    )
+
+
+def _busbw(text: str, problem: str | None, floors: Floors) -> float:
+    run = parse_nccl(text)
+    busbw = run.busbw_at(floors.message_bytes)
+    return 0.0 if problem or run.problems or busbw is None else busbw
+
+
+def run_acceptance(slurm: Slurm, plan: Plan) -> Report:
+    """The whole acceptance (see the module docstring); the report's verdicts say what fell short."""
+    report = Report(floors=plan.floors, nodes=len(plan.nodes))
+    diag = slurm.steps([plan.diag(node) for node in plan.nodes], f"dcgmi diag -r {plan.diag_level}")
+    for node, (text, problem) in zip(plan.nodes, diag, strict=True):
+        run = parse_diag(text)
+        if problem:
+            run.problems.insert(0, f"the diag step on {node} failed: {problem}")
+        report.diag.append(DiagVerdict(f"diag:{node}", run))
+    gpus = plan.instance_type.gpu_count
+    nvlink = slurm.steps(
+        [plan.all_reduce([node], gpus_per_task=gpus) for node in plan.nodes], "NVLink all_reduce_perf"
+    )
+    for node, (text, problem) in zip(plan.nodes, nvlink, strict=True):
+        report.nccl.append(_judged(f"nvlink:{node}", text, problem, plan.floors, 1))
+    if len(plan.nodes) < 2:
+        return report
+    ((text, problem),) = slurm.steps(
+        [plan.all_reduce(plan.nodes)], f"all_reduce_perf on {len(plan.nodes)} nodes"
+    )
+    fabric = _judged(f"fabric:{len(plan.nodes)} nodes", text, problem, plan.floors, len(plan.nodes))
+    report.nccl.append(fabric)
+    if fabric.passed:
+        return report
+
+    def measure(groups: Sequence[Group]) -> list[float]:
+        results = slurm.steps(
+            [plan.all_reduce(group, start=plan.floors.message_bytes) for group in groups], "slow-node round"
+        )
+        return [_busbw(text, problem, plan.floors) for text, problem in results]
+
+    found = find_slow_nodes(plan.nodes, measure, plan.floors.floor(2))
+    report.slow_nodes, report.unresolved_nodes = found.slow, found.unresolved
+    return report
+
+
+def _judged(file: str, text: str, problem: str | None, floors: Floors, nodes: int) -> NcclVerdict:
+    verdict = judge_nccl(file, text, floors, nodes)
+    if problem:
+        verdict.problems.insert(0, f"the step failed: {problem}")
+    return verdict
+
+
+def drain_failed(slurm: Slurm, report: Report) -> list[str]:
+    """Drain every slow node and every node whose diag failed, with a reason naming the check."""
+    reasons: dict[str, str] = {}
+    floor = report.floors.floor(2)
+    for node in report.slow_nodes:
+        reasons[node] = f"{REASON_PREFIX} validate: all-reduce below {floor:.0f} GB/s beside a good node"
+    for item in report.diag:
+        if not item.passed:
+            node = item.file.removeprefix("diag:")
+            reasons.setdefault(node, f"{REASON_PREFIX} validate: dcgmi diag: {item.run.problems[0]}")
+    for node, reason in sorted(reasons.items()):
+        slurm.run(list(drain_argv(node, clean_reason(reason))))
+    return sorted(reasons)
