@@ -54,18 +54,19 @@ CUDA_HOME = "/usr/local/cuda-{major_minor}"
 PMIX_PREFIX = "/opt/pmix"
 
 
-def _slurm_values(matrix: Matrix) -> dict[str, str]:
-    """Slurm and PMIx pins for 45-slurm.sh and 90-verify.sh; empty strings when the matrix has no Slurm."""
-    slurm, pmix = matrix.slurm, matrix.pmix
-    return {
-        "GPUFORGE_SLURM": slurm.version if slurm else "",
-        "GPUFORGE_SLURM_SHA256": slurm.sha256 if slurm else "",
-        "GPUFORGE_SLURM_URL": slurm.url if slurm else "",
-        "GPUFORGE_PMIX": pmix.version if pmix else "",
-        "GPUFORGE_PMIX_SHA256": pmix.sha256 if pmix else "",
-        "GPUFORGE_PMIX_URL": pmix.url if pmix else "",
-        "GPUFORGE_PMIX_PREFIX": PMIX_PREFIX,
-    }
+def _tarball_values(matrix: Matrix) -> dict[str, str]:
+    """The source tarballs' pins for 45-slurm.sh, 55-nccl-tests.sh and 90-verify.sh: GPUFORGE_<KEY>,
+    _SHA256 and _URL per key (slurm, pmix, nccl_tests); empty strings for a key the matrix leaves out."""
+    pinned = dict(matrix.source_tarballs)
+    values = {"GPUFORGE_PMIX_PREFIX": PMIX_PREFIX}
+    for key in ("slurm", "pmix", "nccl_tests"):
+        pin, name = pinned.get(key), f"GPUFORGE_{key.upper()}"
+        values |= {
+            name: pin.version if pin else "",
+            f"{name}_SHA256": pin.sha256 if pin else "",
+            f"{name}_URL": pin.url if pin else "",
+        }
+    return values
 
 
 def _ofi_values(matrix: Matrix) -> dict[str, str]:
@@ -122,7 +123,7 @@ def matrix_values(matrix: Matrix, digest: str) -> dict[str, str]:
         "GPUFORGE_DCGM_CUDA_MAJOR": str(driver_cuda_major(nvidia.driver, compat()) or ""),
     }
     values.update(_ofi_values(matrix))
-    values.update(_slurm_values(matrix))
+    values.update(_tarball_values(matrix))
     return values
 
 

@@ -72,6 +72,7 @@ STEPS: tuple[str, ...] = (
     "40-cuda.sh",
     "45-slurm.sh",
     "50-efa.sh",
+    "55-nccl-tests.sh",
     "60-lustre.sh",
     "70-container-toolkit.sh",
     "75-dcgm.sh",

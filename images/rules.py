@@ -81,8 +81,7 @@ def _pins(matrix: Matrix) -> Iterator[tuple[str, str | None]]:
         ("container_toolkit", matrix.container_toolkit),
         ("dcgm", matrix.dcgm),
         ("dcgm_exporter", matrix.dcgm_exporter),
-        ("slurm.version", matrix.slurm.version if matrix.slurm else None),
-        ("pmix.version", matrix.pmix.version if matrix.pmix else None),
+        *((f"{key}.version", pin.version) for key, pin in matrix.source_tarballs),
     )
 
 
@@ -122,10 +121,9 @@ def rule_base_ami(matrix: Matrix, data: Compat) -> Iterator[Finding]:
 
 
 def _tarballs(matrix: Matrix) -> Iterator[tuple[str, str, str]]:
-    """(key, sha256, url) of every source tarball the matrix pins (Slurm and PMIx)."""
-    for key, spec in (("slurm", matrix.slurm), ("pmix", matrix.pmix)):
-        if spec is not None:
-            yield key, spec.sha256, spec.url
+    """(key, sha256, url) of every source tarball the matrix pins."""
+    for key, spec in matrix.source_tarballs:
+        yield key, spec.sha256, spec.url
 
 
 def rule_sha256(matrix: Matrix, data: Compat) -> Iterator[Finding]:
@@ -154,9 +152,8 @@ def _checksums(matrix: Matrix) -> Iterator[tuple[str, str, str | None]]:
     ofi = matrix.aws_ofi_nccl
     if ofi.sha256 is not None:
         yield "aws_ofi_nccl", ofi.sha256, ofi.sha256_source
-    for key, spec in (("slurm", matrix.slurm), ("pmix", matrix.pmix)):
-        if spec is not None:
-            yield key, spec.sha256, spec.sha256_source
+    for key, spec in matrix.source_tarballs:
+        yield key, spec.sha256, spec.sha256_source
 
 
 def rule_sha256_source(matrix: Matrix, data: Compat) -> Iterator[Finding]:

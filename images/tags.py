@@ -38,8 +38,7 @@ def component_versions(matrix: Matrix) -> dict[str, str]:
         "container-toolkit": matrix.container_toolkit,
         "dcgm": matrix.dcgm,
         "dcgm-exporter": matrix.dcgm_exporter,
-        "slurm": matrix.slurm.version if matrix.slurm else None,
-        "pmix": matrix.pmix.version if matrix.pmix else None,
+        **{key.replace("_", "-"): pin.version for key, pin in matrix.source_tarballs},
     }
     return {name: version for name, version in pins.items() if version is not None}
 

@@ -36,7 +36,7 @@ REQUIRED_COMPONENTS = (
     "container_toolkit",
     "dcgm",
 )
-OPTIONAL_COMPONENTS = ("nvlsm", "slurm", "pmix")  # as images/scripts/90-verify.sh writes them
+OPTIONAL_COMPONENTS = ("nvlsm", "slurm", "pmix", "nccl_tests")  # as images/scripts/90-verify.sh writes them
 KERNEL_MODULE_FLAVORS = ("open", "proprietary")
 TOP_KEYS = ("schema", "matrix", "targets", "components")
 # A matrix digest: sha256 hex as 90-verify.sh writes it (older manifests prefix it with `sha256:`).

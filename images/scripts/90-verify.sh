@@ -172,6 +172,20 @@ check_rest() {
     check_package dcgm_exporter "$(dcgm_exporter_version)" datacenter-gpu-manager-exporter || true
 }
 
+# nccl-tests, when the matrix pins it: the binaries the acceptance run starts are installed.
+check_nccl_tests() {
+    [[ -n "$GPUFORGE_NCCL_TESTS" ]] || return 0
+    local binary ok=1
+    for binary in all_reduce_perf all_gather_perf; do
+        [[ -x "$ROOT/usr/local/bin/$binary" ]] || {
+            fail nccl_tests "no /usr/local/bin/$binary (55-nccl-tests.sh builds it from nccl-tests $GPUFORGE_NCCL_TESTS)"
+            ok=0
+        }
+    done
+    ((ok)) && found[nccl_tests]="$GPUFORGE_NCCL_TESTS"
+    return 0
+}
+
 # Slurm and PMIx, when the matrix pins them: the daemons report the pinned release, PMIx's installed
 # header carries the pinned version, the plugins that --with-pmix and --with-nvml build are there,
 # the units are installed but not enabled (the instance's user data enables one), and the slurm
@@ -250,6 +264,7 @@ write_manifest() {
     [[ -n "${found[nvlsm]:-}" ]] && keys+=(nvlsm)
     [[ -n "${found[slurm]:-}" ]] && keys+=(slurm)
     [[ -n "${found[pmix]:-}" ]] && keys+=(pmix)
+    [[ -n "${found[nccl_tests]:-}" ]] && keys+=(nccl_tests)
     {
         printf '{\n  "schema": 1,\n  "matrix": {\n'
         printf '    "name": %s,\n' "$(json_string "$GPUFORGE_MATRIX_NAME")"
@@ -279,6 +294,7 @@ check_efa
 check_ofi
 check_rest
 check_slurm
+check_nccl_tests
 check_holds
 
 if ((${#failures[@]})); then

@@ -267,3 +267,19 @@ def test_a_matrix_without_slurm_renders_empty_slurm_values_the_step_skips_on(tmp
 
 def test_the_slurm_step_runs_after_cuda_and_before_efa() -> None:
     assert STEPS.index("40-cuda.sh") < STEPS.index("45-slurm.sh") < STEPS.index("50-efa.sh")
+
+
+def test_nccl_tests_build_after_the_efa_installer_and_skip_when_unpinned(tmp_path: Path) -> None:
+    from gpuforge.images.render import STEPS
+
+    assert STEPS.index("50-efa.sh") < STEPS.index("55-nccl-tests.sh") < STEPS.index("90-verify.sh")
+    matrix, digest = load_valid(MATRICES / "p5-h100-cuda12.yaml")
+    assert matrix.nccl_tests is None
+    values = matrix_values(matrix, digest)
+    assert {key: values[key] for key in values if key.startswith("GPUFORGE_NCCL_TESTS")} == {
+        "GPUFORGE_NCCL_TESTS": "",
+        "GPUFORGE_NCCL_TESTS_SHA256": "",
+        "GPUFORGE_NCCL_TESTS_URL": "",
+    }
+    script = (MATRICES.parent / "scripts" / "55-nccl-tests.sh").read_text(encoding="utf-8")
+    assert 'download_checked "$GPUFORGE_NCCL_TESTS_URL" "$GPUFORGE_NCCL_TESTS_SHA256"' in script

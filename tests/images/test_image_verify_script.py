@@ -341,3 +341,36 @@ def test_the_script_runs_under_strict_bash_settings() -> None:
     for script in scripts:
         assert "\nset -euo pipefail\n" in script.read_text(), script.name
     assert os.access(scripts[-1], os.X_OK)
+
+
+def _with_nccl_tests(tmp_path: Path) -> Path:
+    """The p5 matrix with nccl-tests pinned (a test pin: the shipped matrices pin none, README 'Acceptance')."""
+    data = load_matrix_data()
+    data["nccl_tests"] = {
+        "version": "2.17.1",
+        "sha256": "0" * 64,
+        "sha256_source": "hashed: a test value, never downloaded",
+        "url": "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v2.17.1.tar.gz",
+    }
+    matrix, digest = load_valid(write_matrix(tmp_path, data))
+    return render(matrix, digest, RenderOptions(region="us-east-1", imds=False), tmp_path / "out").payload
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_pinned_nccl_tests_must_be_installed_and_reach_the_manifest(tmp_path: Path, installed: bool) -> None:
+    payload = _with_nccl_tests(tmp_path)
+    node = copy.deepcopy(_recording())
+    if installed:
+        node["links"] |= {
+            f"usr/local/bin/{name}": "/bin/true" for name in ("all_reduce_perf", "all_gather_perf")
+        }
+    base = tmp_path / "node"
+    base.mkdir()
+    done, root, _ = _verify(payload, node, base)
+    if installed:
+        assert done.returncode == 0, done.stderr
+        components = json.loads((root / "etc" / "gpuforge" / "manifest.json").read_text())["components"]
+        assert components["nccl_tests"] == "2.17.1"
+    else:
+        assert done.returncode == 1
+        assert "gpuforge: verify: nccl_tests: no /usr/local/bin/all_reduce_perf" in done.stderr

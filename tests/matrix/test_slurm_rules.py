@@ -184,3 +184,27 @@ def test_a_slurm_that_predates_a_rendered_feature_fails(
     fact = table.features["dynamic_node_topology"]
     assert fact.min_version in hits[0].message and hits[0].source == fact.source
     assert warnings(h100) == set()
+
+
+# --- nccl-tests: the same tarball rules ---------------------------------------------------------
+
+NCCL_TESTS = {
+    "version": "2.17.1",
+    "sha256": "0" * 64,
+    "sha256_source": "hashed: a test value, never downloaded",
+    "url": "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v2.17.1.tar.gz",
+}
+
+
+def test_a_pinned_nccl_tests_passes_and_an_inexact_one_fails_every_tarball_rule(h100: dict[str, Any]) -> None:
+    h100["nccl_tests"] = dict(NCCL_TESTS)
+    assert findings(h100) == []
+    h100["nccl_tests"] |= {"version": "latest", "sha256": "abc", "url": "http://example.com/x.tar.gz"}
+    h100["nccl_tests"].pop("sha256_source")
+    fields = {(f.rule, f.field) for f in findings(h100)}
+    assert {
+        ("pin.exact", "nccl_tests.version"),
+        ("pin.sha256", "nccl_tests.sha256"),
+        ("pin.url", "nccl_tests.url"),
+        ("pin.sha256-source", "nccl_tests.sha256_source"),
+    } <= fields
