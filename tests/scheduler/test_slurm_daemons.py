@@ -89,6 +89,31 @@ def _this_machine(cluster: SlurmTestCluster) -> hardware.InstanceType:
     )
 
 
+def start_small_cluster(
+    test_cluster: SlurmTestCluster, name: str, *, max_nodes: int = 2, topology: NetworkTopology | None = None
+) -> SlurmCluster:
+    """A rendered cluster of this machine's nodes, its files written and its controller started."""
+    spec = SlurmCluster(
+        name=name,
+        instance_type=_this_machine(test_cluster),
+        capacity_type="on-demand",
+        max_nodes=max_nodes,
+        scheduler=SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge"),
+        slurm_version=test_cluster.chroot(["slurmd", "-V"]).stdout.split()[-1],
+        site=SlurmSite(
+            controller_host=CONTROLLER,
+            controller_addr=test_cluster.address(1),
+            gpu_device_prefix=DEVICE_PREFIX,
+        ),
+        topology=topology,
+    )
+    test_cluster.make_gpus(GPUS_PER_NODE)
+    test_cluster.write_key()
+    test_cluster.write_files(dict(render_files(spec)))
+    test_cluster.start_controller(CONTROLLER)
+    return spec
+
+
 def _pinned_slurm() -> str:
     matrix, _ = load_valid(REPO / "images/matrices/p5-h100-cuda12.yaml")
     assert matrix.slurm is not None, "the p5-prod matrix pins Slurm"
@@ -292,24 +317,7 @@ def test_a_node_joins_its_leaf_switch_of_the_aws_topology(tmp_path: Path) -> Non
         ]
     }
     with open_cluster(tmp_path, ROOT, REPO / "gpuforge") as test_cluster:
-        spec = SlurmCluster(
-            name="gftopo",
-            instance_type=_this_machine(test_cluster),
-            capacity_type="reservation",
-            max_nodes=2,
-            scheduler=SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge"),
-            slurm_version=test_cluster.chroot(["slurmd", "-V"]).stdout.split()[-1],
-            site=SlurmSite(
-                controller_host=CONTROLLER,
-                controller_addr=test_cluster.address(1),
-                gpu_device_prefix=DEVICE_PREFIX,
-            ),
-            topology=from_response(response, where="test"),
-        )
-        test_cluster.make_gpus(GPUS_PER_NODE)
-        test_cluster.write_key()
-        test_cluster.write_files(dict(render_files(spec)))
-        test_cluster.start_controller(CONTROLLER)
+        spec = start_small_cluster(test_cluster, "gftopo", topology=from_response(response, where="test"))
         node = _name(test_cluster, 1)
         test_cluster.start_node(node, 11, f"{node_registration(spec)} {topology_argument('nn-leaf2')}")
         test_cluster.wait_for(
@@ -324,24 +332,7 @@ def test_a_node_joins_its_leaf_switch_of_the_aws_topology(tmp_path: Path) -> Non
 def test_the_controller_places_unplaced_nodes_under_the_leaves_aws_reports(tmp_path: Path) -> None:
     """`sync_topology` against real slurmctld, with EC2's answers from botocore's Stubber."""
     with open_cluster(tmp_path, ROOT, REPO / "gpuforge") as test_cluster:
-        spec = SlurmCluster(
-            name="gfsync",
-            instance_type=_this_machine(test_cluster),
-            capacity_type="on-demand",
-            max_nodes=2,
-            scheduler=SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge"),
-            slurm_version=test_cluster.chroot(["slurmd", "-V"]).stdout.split()[-1],
-            site=SlurmSite(
-                controller_host=CONTROLLER,
-                controller_addr=test_cluster.address(1),
-                gpu_device_prefix=DEVICE_PREFIX,
-            ),
-            topology=NetworkTopology.pending("gfsync"),
-        )
-        test_cluster.make_gpus(GPUS_PER_NODE)
-        test_cluster.write_key()
-        test_cluster.write_files(dict(render_files(spec)))
-        test_cluster.start_controller(CONTROLLER)
+        spec = start_small_cluster(test_cluster, "gfsync", topology=NetworkTopology.pending("gfsync"))
         nodes = [_name(test_cluster, 1), _name(test_cluster, 2)]
         for index, node in zip((11, 12), nodes, strict=True):
             test_cluster.start_node(node, index, node_registration(spec))

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 from slurm_cluster import DEFAULT_ROOT, REPO, SlurmTestCluster, open_cluster, unavailable_reason
-from test_slurm_daemons import CONTROLLER, DEVICE_PREFIX, GPUS_PER_NODE, _name, _this_machine
+from test_slurm_daemons import _name, _this_machine, start_small_cluster
 
-from gpuforge.components.specs import SchedulerSpec
 from gpuforge.node.slurm import REASON_PREFIX
-from gpuforge.scheduler.render import SlurmCluster, SlurmSite, node_registration, render_files
+from gpuforge.scheduler.render import node_registration
 from gpuforge.validate.floors import floors_for
 from gpuforge.validate.run import Plan, Slurm, drain_failed, idle_nodes, run_acceptance
 
@@ -70,19 +69,6 @@ def _scaled(text: str, factor: float) -> str:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SlurmTestCluster, Slurm, list[str]]]:
     with open_cluster(tmp_path_factory.mktemp("validate"), ROOT, REPO / "gpuforge") as test_cluster:
-        spec = SlurmCluster(
-            name="gfvalid",
-            instance_type=_this_machine(test_cluster),
-            capacity_type="on-demand",
-            max_nodes=NODES,
-            scheduler=SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge"),
-            slurm_version=test_cluster.chroot(["slurmd", "-V"]).stdout.split()[-1],
-            site=SlurmSite(
-                controller_host=CONTROLLER,
-                controller_addr=test_cluster.address(1),
-                gpu_device_prefix=DEVICE_PREFIX,
-            ),
-        )
         stubs = test_cluster.root / STUBS.lstrip("/")
         for folder in ("slow", "hang", "fail"):
             (stubs / folder).mkdir(parents=True)
@@ -95,10 +81,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SlurmTes
             path = test_cluster.root / "usr/local/bin" / name
             path.write_text(script, encoding="utf-8")
             path.chmod(0o755)
-        test_cluster.make_gpus(GPUS_PER_NODE)
-        test_cluster.write_key()
-        test_cluster.write_files(dict(render_files(spec)))
-        test_cluster.start_controller(CONTROLLER)
+        spec = start_small_cluster(test_cluster, "gfvalid", max_nodes=NODES)
         nodes = [_name(test_cluster, number) for number in range(1, NODES + 1)]
         for number, node in enumerate(nodes, start=1):
             test_cluster.start_node(node, 10 + number, node_registration(spec))
