@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from gpuforge.atomic import write_text_atomic
 from gpuforge.errors import InputError
+from gpuforge.loading import MAX_DATA_BYTES, load_json
 
 SCHEMA = 1
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +74,7 @@ class _Entry(BaseModel):
 class _File(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_: int = Field(alias="schema")
+    schema_: StrictInt = Field(alias="schema")
     images: dict[str, dict[str, _Entry]]
 
 
@@ -112,20 +113,18 @@ def _invalid(path: Path, field: str, problem: str) -> InputError:
 def load_catalog(path: Path) -> Catalog:
     """Read a catalog; a missing file is an empty catalog, a malformed one an InputError."""
     try:
-        text = path.read_text(encoding="utf-8")
+        path.stat()
     except FileNotFoundError:
         return Catalog(path, ())
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: cannot read the AMI catalog ({error}). {FIX}") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise _invalid(
-            path, "(file)", f"not JSON (line {error.lineno}, column {error.colno}: {error.msg})"
-        ) from None
+    except (OSError, ValueError):
+        pass  # a NUL byte, an over-long name, no permission: load_json reports it with the path and the fix
+    raw = load_json(
+        path, what="AMI catalog", max_bytes=MAX_DATA_BYTES, fix=FIX.removeprefix("Fix: ").rstrip(".")
+    )
     if not isinstance(raw, dict):
         raise _invalid(path, "(file)", f"expected a JSON object, found {type(raw).__name__}")
-    if raw.get("schema") != SCHEMA:
+    # `type(...) is int`: JSON's true equals 1 in Python, and a boolean is not a schema number.
+    if type(raw.get("schema")) is not int or raw.get("schema") != SCHEMA:
         raise _invalid(
             path, "schema", f"this gpuforge reads schema {SCHEMA}, the file says {raw.get('schema')!r}"
         )

@@ -203,6 +203,19 @@ def test_binary_garbage(tmp_path: Path, data: bytes) -> None:
     _bounded(lambda: check_file(tmp_path / "matrix.yaml"))
 
 
+CATALOG = {"schema": 1, "images": {}}
+
+
+@FUZZ
+@given(text=_json_texts(CATALOG), encoding=_encodings)
+def test_catalog_loader(tmp_path: Path, text: str, encoding: str) -> None:
+    from gpuforge.images.catalog import load_catalog
+
+    path = tmp_path / "catalog.json"
+    path.write_bytes(_encode(text, encoding))
+    _bounded(lambda: load_catalog(path))
+
+
 TOPOLOGY = {"Instances": [{"InstanceId": "i-0123456789abcdef0", "InstanceType": "p5.48xlarge"}]}
 
 

@@ -66,7 +66,7 @@ def test_record_then_lookup_and_replace(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        ("{not json", r"not JSON \(line 1"),
+        ("{not json", r"not valid JSON \(line 1"),
         ("[]", "expected a JSON object, found list"),
         ('{"schema": 2, "images": {}}', "schema: this gpuforge reads schema 1, the file says 2"),
         ('{"images": {}}', "schema: .*says None"),
@@ -149,3 +149,26 @@ def test_concurrent_builds_finishing_at_once_both_land(tmp_path: Path) -> None:
 def test_ec2_timestamps_become_catalog_timestamps() -> None:
     assert utc_timestamp("2026-01-31T12:00:00.000Z") == "2026-01-31T12:00:00+00:00"
     assert utc_timestamp("2026-01-31T14:00:00+02:00") == "2026-01-31T12:00:00+00:00"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ('{"schema": 1, "images": {}, "images": {}}', "duplicate key 'images'"),
+        ('{"schema": true, "images": {}}', "schema"),
+        ('{"schema": 1, "images": ' + "[" * 5000 + "]" * 5000 + "}", "nested more than 64 levels"),
+    ],
+)
+def test_a_hostile_catalog_is_refused_through_the_one_loader(
+    tmp_path: Path, content: str, expected: str
+) -> None:
+    """Duplicate keys (the last `images` would drop every real entry), a boolean schema, deep nesting."""
+    path = tmp_path / "catalog.json"
+    path.write_text(content)
+    with pytest.raises(InputError, match=expected):
+        load_catalog(path)
+
+
+def test_a_catalog_that_is_not_a_regular_file_is_refused() -> None:
+    with pytest.raises(InputError, match="/dev/urandom"):
+        load_catalog(Path("/dev/urandom"))
