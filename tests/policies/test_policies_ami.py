@@ -132,7 +132,7 @@ def test_unreadable_catalog_names_the_file(images: Images) -> None:
     broken.write_text("{not json", encoding="utf-8")
     resources = record_cluster(spec(images))
     [verdict] = of(verdicts(resources, images, {"ami-pinned": {"catalogPath": str(broken)}}), "ami-pinned")
-    assert str(broken) in verdict.message and "not JSON" in verdict.message
+    assert str(broken) in verdict.message and "not valid JSON" in verdict.message
 
 
 def _days_to_eol(images: Images) -> int:
