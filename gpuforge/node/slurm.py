@@ -49,7 +49,7 @@ from gpuforge.node.context import NodeContext
 from gpuforge.node.gpus import gpu_query
 from gpuforge.node.report import CheckResult, NodeReport
 from gpuforge.node.runner import CommandResult, Runner
-from gpuforge.node.xid import DMESG, UNCLASSIFIED, classify, load_catalog, parse_xids
+from gpuforge.node.xid import DMESG, classify, load_catalog, parse_xids
 
 REASON_PREFIX = "gpuforge:"
 # `sinfo -R` prints 20 characters of a reason by default; the start must say what broke.
@@ -158,11 +158,10 @@ def _pci_key(address: str) -> tuple[int, int, int] | None:
 def _xid_detail(ctx: NodeContext) -> str | None:
     """'xid 79 on GPU 5': the Xids that failed the check, and the GPUs by nvidia-smi index when known."""
     catalog = load_catalog()
-    reset = catalog.severity("reset_gpu")
     serious = [
         verdict
         for verdict in (classify(event, catalog) for event in parse_xids(ctx.run(DMESG).stdout))
-        if verdict.action != UNCLASSIFIED and catalog.severity(verdict.action) >= reset
+        if catalog.fails(verdict.action)
     ]
     if not serious:
         return None

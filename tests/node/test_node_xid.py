@@ -13,8 +13,14 @@ from gpuforge.node.report import Status
 from gpuforge.node.xid import DMESG, XidEvent, check_xid, classify, load_catalog, parse_xids
 
 CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
-REQUIRED = (13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120, 140, 154)
-ACTIONS = {"ignore", "restart_app", "reset_gpu", "reboot", "replace", "workflow"}
+REQUIRED = (
+    *(13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120, 140),
+    *range(144, 152),
+    *(154, 155, 156, 157, 158, 159, 160, 161),
+)
+ACTIONS = {"ignore", "restart_app", "reset_gpu", "reset_bus", "reboot", "replace", "workflow"}
+# NVML's nvmlDeviceGpuRecoveryAction_t through v615 (NVML change log): value -> gate verdict.
+NVML_RECOVERY = {0: "pass", 1: "fail", 2: "fail", 3: "fail", 4: "fail", 5: "fail", 6: "fail", 7: "fail"}
 
 
 def _raw() -> dict[str, object]:
@@ -36,6 +42,19 @@ def test_catalog_rows_carry_an_action_and_a_source() -> None:
             assert row["workflow_action"] in ACTIONS - {"workflow"} and row["workflow_basis"], code
 
 
+def test_every_action_and_recovery_action_has_a_node_agent_response() -> None:
+    catalog = load_catalog()
+    assert set(catalog.node_agent) == set(catalog.severity_order)
+    assert {r.gate for r in catalog.node_agent.values()} == {"pass", "warn", "fail"}
+    assert {
+        value: catalog.node_agent[r.action].gate for value, r in catalog.recovery_actions.items()
+    } == NVML_RECOVERY
+    nvml = {r.nvml for r in catalog.recovery_actions.values()}
+    assert {"NVML_GPU_RECOVERY_ACTION_BUS_RESET", "NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN"} <= nvml
+    entries = catalog.entries.values()
+    assert all(e.gate_action in catalog.node_agent for e in entries)
+
+
 @pytest.mark.parametrize(
     ("code", "bucket", "gate_action"),
     [
@@ -52,6 +71,13 @@ def test_catalog_rows_carry_an_action_and_a_source() -> None:
         (119, "RESET_GPU", "reset_gpu"),
         (120, "RESET_GPU", "reset_gpu"),
         (140, "RESET_GPU", "reset_gpu"),
+        (144, "WORKFLOW_NVLINK5_ERR", "reset_gpu"),
+        (149, "WORKFLOW_NVLINK5_ERR", "reset_gpu"),
+        (150, "WORKFLOW_NVLINK5_ERR", "reset_gpu"),
+        (151, "RESTART_VM", "reboot"),
+        (157, "IGNORE", "ignore"),
+        (159, "CHECK_UVM", "reset_gpu"),
+        (54, "CHECK_MECHANICALS", "replace"),
     ],
 )
 def test_catalog_actions_as_nvidia_lists_them(code: int, bucket: str, gate_action: str) -> None:
@@ -85,6 +111,57 @@ def test_xid_154_takes_the_stated_recovery_action() -> None:
     assert classify(none, catalog).action == "ignore"
     unreadable = XidEvent("0000:A8:00", 154, "something new")
     assert classify(unreadable, catalog).action == "reset_gpu"
+
+
+@pytest.mark.parametrize(
+    ("detail", "action"),
+    [
+        # The catalog's Xid 154 labels.
+        ("GPU recovery action changed from 0x0 (None) to 0x3 (Drain P2P)", "reset_gpu"),
+        ("GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)", "reset_gpu"),
+        ("GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", "reset_gpu"),
+        # Values NVML added (v595, v615) that the catalog names no label for: read by value.
+        ("GPU recovery action changed from 0x0 (None) to 0x5 (Recover IMEX Domain)", "reset_gpu"),
+        ("GPU recovery action changed from 0x0 (None) to 0x6 (Bus Reset Required)", "reset_bus"),
+        ("GPU recovery action changed from 0x0 (None) to 0x7 (System Reboot Required)", "reboot"),
+    ],
+)
+def test_xid_154_reads_every_nvml_recovery_action(detail: str, action: str) -> None:
+    assert classify(XidEvent("0000:A8:00", 154, detail), load_catalog()).action == action
+
+
+# A 149 line as published in public Xid parsers' tests (search corpus code-index id 30820515515) and
+# NVIDIA's own message format for Xids 144-150 (catalog, guidance class WORKFLOW_NVLINK5_ERR).
+FATAL_149 = "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)"
+
+
+def test_nvlink5_xids_take_their_severity_word() -> None:
+    catalog = load_catalog()
+    fatal = classify(XidEvent("0009:01:00", 149, FATAL_149), catalog)
+    assert (fatal.action, fatal.basis) == ("reset_gpu", "WORKFLOW_NVLINK5_ERR, Fatal")
+    nonfatal = XidEvent("0000:00:1E", 146, "TLW_RX_PIPE1 Nonfatal XC0 i0 Link 03 (0x00000010 0x00000020)")
+    assert classify(nonfatal, catalog).action == "restart_app"
+    with_pid = XidEvent(
+        "0000:00:1E", 145, "pid=4, name=<unknown>, RLW_SRC_TRACK Fatal XC0 i1 Link 00 (0x1 0x2)"
+    )
+    assert classify(with_pid, catalog).action == "reset_gpu"
+    unread = classify(
+        XidEvent("0000:97:00", 144, "pid='<unknown>', name=<unknown>, NVLink: SAW MVB error"), catalog
+    )
+    assert (unread.action, unread.basis) == ("reset_gpu", "WORKFLOW_NVLINK5_ERR, severity unread")
+
+
+def test_fatal_nvlink5_xid_fails_and_names_what_the_agent_does(root: Path) -> None:
+    log = f"[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, {FATAL_149}\n"
+    ctx, _ = context(p5_healthy().set(DMESG, log), "p6-b200.48xlarge", root)
+    result = check_xid(ctx)
+    assert result.status is Status.FAIL
+    assert "'reset_gpu'" in result.cause and "drains the node, then replaces it once idle" in result.cause
+
+
+def test_codes_the_catalog_lists_without_an_action_warn() -> None:
+    verdict = classify(XidEvent("0000:97:00", 167, ""), load_catalog())
+    assert verdict.action == "unclassified" and "PCIE_FATAL_TIMEOUT" in verdict.basis
 
 
 def test_clean_log_passes(root: Path) -> None:
@@ -125,7 +202,7 @@ def test_codes_outside_the_catalog_warn_with_a_pointer(root: Path) -> None:
     ctx, _ = context(p5_healthy().set(DMESG, fixture("dmesg/xid-unlisted.txt")), "p5.48xlarge", root)
     result = check_xid(ctx)
     assert result.status is Status.WARN
-    assert result.evidence == "Xid 144 on 0000:97:00 -> unclassified (not in gpuforge's Xid catalog)"
+    assert result.evidence == "Xid 87 on 0000:97:00 -> unclassified (not in gpuforge's Xid catalog)"
     assert CATALOG_URL in result.cause
 
 
