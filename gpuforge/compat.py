@@ -11,6 +11,7 @@ import re
 from datetime import date
 from functools import cache
 from importlib import resources
+from typing import Literal
 
 import yaml
 from packaging.version import Version
@@ -29,6 +30,16 @@ class Sourced(_Strict):
 
 class DriverFloor(Sourced):
     driver: str
+
+
+# How a floor was established (see compat.yaml's header): a vendor's own document, a
+# third-party copy of one, or two primary facts combined. `matrix check` warns on a floor
+# that is not primary (rule data.secondary), so a user knows which limits to re-check.
+Confidence = Literal["primary", "secondary", "derived"]
+
+
+class GradedDriverFloor(DriverFloor):
+    confidence: Confidence
 
 
 class CudaToolkits(Sourced):
@@ -54,7 +65,7 @@ class Architecture(Sourced):
 
 class Architectures(Sourced):
     entries: dict[str, Architecture]
-    gpu_min_driver: dict[str, DriverFloor]
+    gpu_min_driver: dict[str, GradedDriverFloor]
 
 
 class OpenModules(Sourced):
@@ -82,6 +93,7 @@ class Cudnn(_Strict):
 
 class NcclFloor(Sourced):
     nccl: str
+    confidence: Confidence
 
 
 class Nccl(_Strict):
@@ -131,6 +143,7 @@ class PluginBroken(_Strict):
 
 class PluginFloor(Sourced):
     plugin: str
+    confidence: Confidence
 
 
 class AwsOfiNccl(Sourced):

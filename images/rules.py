@@ -669,6 +669,44 @@ def rule_aws_ofi_nccl(matrix: Matrix, data: Compat) -> Iterator[Finding]:
             )
 
 
+def rule_secondary_floors(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    """Warn on each floor that judged this matrix but was not read at its vendor's own document.
+
+    The floor still applies (an error rule enforces it); the warning says which limit a user
+    should re-check at its primary source before trusting a pass, and where it came from.
+    """
+    rows = _target_rows(matrix)
+    cuda = _version(matrix.cuda)
+    graded: list[tuple[str, str, str, str, str]] = []  # field, fact, floor, confidence, source
+    for model in sorted({row.gpu_model for row in rows}):
+        board = data.architectures.gpu_min_driver.get(model)
+        if board is not None:
+            graded.append(
+                ("nvidia.driver", f"{model} driver floor", board.driver, board.confidence, board.source)
+            )
+    if cuda is not None and (nccl := data.nccl.min_for_cuda_major.get(str(cuda.major))) is not None:
+        graded.append(("nccl", f"NCCL floor for CUDA {cuda.major}", nccl.nccl, nccl.confidence, nccl.source))
+    for arch in sorted({row.gpu_architecture for row in rows}):
+        if (arch_floor := data.nccl.min_for_architecture.get(arch)) is not None:
+            fact = f"NCCL floor for {arch}"
+            graded.append(("nccl", fact, arch_floor.nccl, arch_floor.confidence, arch_floor.source))
+    for name in matrix.targets:
+        if (plugin := data.aws_ofi_nccl.min_for_instance_type.get(name)) is not None:
+            fact = f"aws-ofi-nccl floor for {name}"
+            graded.append(("aws_ofi_nccl.version", fact, plugin.plugin, plugin.confidence, plugin.source))
+    for field, fact, floor, confidence, source in graded:
+        if confidence != "primary":
+            yield Finding(
+                "data.secondary",
+                WARNING,
+                field,
+                f"the {fact} (>= {floor}) is {confidence}, not read at NVIDIA's or AWS's own release notes. "
+                "Fix: confirm it at the vendor's document, then mark it primary with that source in "
+                "gpuforge/data/compat.yaml.",
+                source,
+            )
+
+
 def rule_boot_mode(matrix: Matrix, data: Compat) -> Iterator[Finding]:
     mode = matrix.os.boot_mode
     for row in _target_rows(matrix):
@@ -867,6 +905,7 @@ RULES: tuple[Rule, ...] = (
     rule_nccl,
     rule_efa_installer,
     rule_aws_ofi_nccl,
+    rule_secondary_floors,
     rule_boot_mode,
     rule_dcgm_exporter,
     rule_dcgm_cuda_build,

@@ -18,7 +18,8 @@ from gpuforge.images.rules import rule_driver_eol
 def test_shipped_matrices_pass_every_rule(path: Path) -> None:
     report = check_file(path)
     assert report.ok, [f.render() for f in report.findings]
-    assert report.findings == ()
+    # data.secondary warnings name floors not yet read at a vendor's document (test_secondary_floors).
+    assert [f.render() for f in report.findings if f.rule != "data.secondary"] == []
 
 
 def test_at_least_the_four_required_matrices_ship() -> None:
