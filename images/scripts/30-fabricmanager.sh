@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
 # Step 3: nvidia-fabricmanager and DCGM's libnvidia-nscq at the driver's exact version, the NVLink
-# Subnet Manager where pinned, and nvidia-persistenced enabled.
+# Subnet Manager where pinned (with the kernel modules it needs loaded before Fabric Manager starts),
+# and nvidia-persistenced enabled.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -18,6 +19,8 @@ if [[ -n "$GPUFORGE_NSCQ" ]]; then
     install_pinned "$GPUFORGE_NSCQ" "$NVIDIA_CUDA_HOST" "$(pkg_nscq)"
 fi
 if [[ -n "$GPUFORGE_NVLSM" ]]; then
+    # NVLink 5: Fabric Manager's start script runs NVLSM first; both need ib_umad and mlx5_core.
     install_pinned "$GPUFORGE_NVLSM" "$NVIDIA_CUDA_HOST" nvlsm
+    write_nvlink5_prerequisites
 fi
 systemctl enable nvidia-persistenced.service

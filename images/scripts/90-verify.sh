@@ -90,7 +90,12 @@ check_fabric() {
         check_package nscq "$GPUFORGE_NSCQ" "$(pkg_nscq)" || true
     fi
     if [[ -n "$GPUFORGE_NVLSM" ]]; then
+        local problem
         check_package nvlsm "$GPUFORGE_NVLSM" nvlsm && found[nvlsm]="$GPUFORGE_NVLSM"
+        while IFS= read -r problem; do
+            fail nvlsm "$problem"
+            unset 'found[nvlsm]'
+        done < <(nvlink5_problems)
     fi
     check_enabled nvidia_driver nvidia-persistenced.service
 }

@@ -184,6 +184,49 @@ module_field() {
     { modinfo -k "$GPUFORGE_KERNEL" -F "$2" "$1" 2>/dev/null || true; } | head -n 1
 }
 
+# NVLink 5 (HGX B200/B300). NVLSM reaches the NVSwitch management ports as InfiniBand devices, so
+# NVIDIA's own driver container starts Fabric Manager on these boards only once mlx5_core and ib_umad
+# are loaded, installs nvlsm beside it, and starts both with `nvidia-fabricmanager-start.sh --mode
+# start ... --nvlsm-config-file ...`, which runs NVLSM before nv-fabricmanager (Fabric Manager's own
+# systemd unit uses the same script). Source: NVIDIA/gpu-driver-container@06a208ca ubuntu22.04/
+# nvidia-driver (_assert_nvlink5_system, _ensure_nvlink5_prerequisites, the NVLink5+ start) and
+# ubuntu22.04/install.sh (nvlink5_pkgs_install); NVIDIA Fabric Manager user guide, "What is NVLink
+# Subnet Manager?" and the HGX B200/B100 section.
+NVLINK5_MODULES=(mlx5_core ib_umad)
+nvlink5_modules_file() { echo "$ROOT/etc/modules-load.d/gpuforge-nvlink5.conf"; }
+fabricmanager_dropin() { echo "$ROOT/etc/systemd/system/nvidia-fabricmanager.service.d/gpuforge-nvlink5.conf"; }
+
+# Load the NVLink 5 modules at every boot, before Fabric Manager (and so NVLSM) starts.
+write_nvlink5_prerequisites() {
+    local modules dropin
+    modules="$(nvlink5_modules_file)"
+    dropin="$(fabricmanager_dropin)"
+    mkdir -p "$(dirname "$modules")" "$(dirname "$dropin")"
+    {
+        echo "# gpuforge: NVLSM reaches the NVSwitch management ports through these (NVLink 5)."
+        printf '%s\n' "${NVLINK5_MODULES[@]}"
+    } >"$modules"
+    cat >"$dropin" <<'UNIT'
+# gpuforge: Fabric Manager starts NVLSM, which needs mlx5_core and ib_umad (modules-load.d) loaded first.
+[Unit]
+Wants=systemd-modules-load.service
+After=systemd-modules-load.service
+UNIT
+}
+
+# One line per unmet NVLink 5 prerequisite (none: all met), for the verify step.
+nvlink5_problems() {
+    local module modules
+    modules="$(nvlink5_modules_file)"
+    for module in "${NVLINK5_MODULES[@]}"; do
+        modinfo -k "$GPUFORGE_KERNEL" -F name "$module" >/dev/null 2>&1 ||
+            echo "kernel module $module is not available for $GPUFORGE_KERNEL (install the kernel's modules-extra package)"
+        grep -qx "$module" "$modules" 2>/dev/null || echo "$module is not loaded at boot: it is missing from $modules"
+    done
+    grep -qx "After=systemd-modules-load.service" "$(fabricmanager_dropin)" 2>/dev/null ||
+        echo "nvidia-fabricmanager.service is not ordered after systemd-modules-load.service ($(fabricmanager_dropin))"
+}
+
 # open or proprietary, from the nvidia module's licence: the open modules declare
 # "Dual MIT/GPL" (NVIDIA/open-gpu-kernel-modules, kernel-open/nvidia/nv-frontend.c),
 # the proprietary ones "NVIDIA".
