@@ -5,7 +5,7 @@ header, one data row per message size (size, count, type, redop, root, then time
 busbw, #wrong out of place and again in place), and a closing `# Avg bus bandwidth` line.
 Rows may carry a launcher's prefix (`0: ` from `srun -l`, `[1,0]<stdout>:` from Open MPI).
 
-A run is a failure, never a pass, when: a row's `#wrong` is above 0; nccl-tests reports
+A run is a failure, never a pass, when: a row's `#wrong` is above 0, or N/A (not checked); nccl-tests reports
 out-of-bounds values; a NCCL WARN line or a test failure is printed; a size the header
 promises is missing; or the closing line is absent (the run died or the file was cut).
 """
@@ -81,9 +81,6 @@ def _sweep(minimum: int, maximum: int, step: int, kind: str) -> list[int] | None
     return sizes if len(sizes) <= MAX_SWEEP_SIZES else None
 
 
-def _wrong(text: str) -> int:
-    """#wrong as a number; nccl-tests prints N/A where it did not check (counted as 0)."""
-    return 0 if text == "N/A" else int(text)
 
 
 def parse_nccl(text: str) -> NcclRun:
@@ -112,8 +109,14 @@ def parse_nccl(text: str) -> NcclRun:
         row = _ROW.match(line)
         if row is None:
             continue
-        wrong = _wrong(row["wrong_o"]) + _wrong(row["wrong_i"])
         size = int(row["size"])
+        if "N/A" in (row["wrong_o"], row["wrong_i"]):
+            # nccl-tests prints N/A when it ran with -c 0: the data was never compared, so nothing is known.
+            run.problems.append(
+                f"#wrong is N/A at {size} bytes: the run did not check its results (nccl-tests -c 0); "
+                "run all_reduce_perf with -c 1, as gpuforge validate does"
+            )
+        wrong = sum(int(text) for text in (row["wrong_o"], row["wrong_i"]) if text != "N/A")
         if wrong > 0:
             run.problems.append(f"#wrong is {wrong} at {size} bytes: the all-reduce returned wrong data")
         run.rows.append(SizeRow(size, float(row["algbw_i"]), float(row["busbw_i"]), wrong))

@@ -155,6 +155,9 @@ class Plan:
             "2",
             "-g",
             str(gpus_per_task),
+            # Check every result (nccl-tests' default, said outright): #wrong is judged on every row.
+            "-c",
+            "1",
         ]
         return srun_argv(nodes, per_node, gpus, self.env, command, self.minutes)
 

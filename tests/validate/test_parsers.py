@@ -43,6 +43,19 @@ def test_wrong_values_fail_the_run() -> None:
     assert run.problems == ["#wrong is 3 at 1073741824 bytes: the all-reduce returned wrong data"]
 
 
+def test_an_unchecked_row_is_not_a_pass() -> None:
+    # nccl-tests prints N/A in #wrong when run with -c 0 (src/util.cu, tag v2.17.6): the published
+    # row with its in-place count replaced by N/A, the mutation under test.
+    text = _text("nccl-h100-2node-gcp-a3mega.txt").replace(
+        "6737.4  159.37  298.82      0", "6737.4  159.37  298.82    N/A"
+    )
+    run = parse_nccl(text)
+    assert run.problems == [
+        "#wrong is N/A at 1073741824 bytes: the run did not check its results (nccl-tests -c 0); "
+        "run all_reduce_perf with -c 1, as gpuforge validate does"
+    ]
+
+
 def test_a_size_the_header_promises_is_missing() -> None:
     lines = [
         line
