@@ -31,7 +31,8 @@ from typing import Any
 
 from gpuforge.images.catalog import DEFAULT_CATALOG
 from gpuforge.plan.stack_plan import Plan
-from gpuforge.pulumi_mocks import RecordedResource, TreeNode
+from gpuforge.policies.runner import Verdict
+from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedResource, TreeNode
 from gpuforge.stack_config import display_path
 
 
@@ -49,29 +50,30 @@ def plan_document(plan: Plan) -> dict[str, Any]:
         "matrix": {"path": str(plan.config.matrix_path), "digest": ami["matrix_digest"]},
         "ami": ami["id"],
         "image": {"region": ami["region"], "catalog": str(catalog_path(plan))},
-        "resources": [_resource(resource) for resource in resources],
-        "summary": _plain(plan.summary),
+        "resources": [resource_document(resource) for resource in resources],
+        "summary": plain(plan.summary),
         "policies": [asdict(verdict) for verdict in plan.verdicts],
-        "scheduler": {**_plain(plan.summary["scheduler"]), "files": dict(plan.slurm_config)},
+        "scheduler": {**plain(plan.summary["scheduler"]), "files": dict(plan.slurm_config)},
     }
 
 
-def _resource(resource: RecordedResource) -> dict[str, Any]:
+def resource_document(resource: RecordedResource) -> dict[str, Any]:
+    """One entry of `resources` (also `gpuforge policy check --json`'s)."""
     return {
         "urn": resource.urn,
         "type": resource.type,
         "name": resource.name,
         "parent": resource.parent_urn,
-        "inputs": _plain(resource.inputs),
+        "inputs": plain(resource.inputs),
     }
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """Mappings and sequences as dicts and lists, so json.dumps takes them."""
     if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
+        return {str(key): plain(item) for key, item in value.items()}
     if isinstance(value, Sequence) and not isinstance(value, str | bytes):
-        return [_plain(item) for item in value]
+        return [plain(item) for item in value]
     return value
 
 
@@ -121,11 +123,14 @@ def _sorted(nodes: Sequence[TreeNode]) -> list[TreeNode]:
 
 
 def _tree(plan: Plan) -> list[str]:
+    return resource_tree(plan.run.mocks, project=plan.config.project, stack=plan.config.stack)
+
+
+def resource_tree(mocks: GpuforgeMocks, *, project: str, stack: str) -> list[str]:
     """Every resource under the root Stack, children sorted by name."""
-    config = plan.config
     lines = [
-        f"Resources: {len(plan.run.resources)} registered (type  name)",
-        f"  pulumi:pulumi:Stack  {config.project}-{config.stack}",
+        f"Resources: {len(mocks.resources)} registered (type  name)",
+        f"  pulumi:pulumi:Stack  {project}-{stack}",
     ]
 
     def visit(nodes: Sequence[TreeNode], prefix: str) -> Iterator[str]:
@@ -135,7 +140,7 @@ def _tree(plan: Plan) -> list[str]:
             yield f"{prefix}{'└─ ' if last else '├─ '}{node.resource.type}  {node.resource.name}"
             yield from visit(node.children, prefix + ("   " if last else "│  "))
 
-    lines.extend(visit(plan.run.mocks.tree(), "  "))
+    lines.extend(visit(mocks.tree(), "  "))
     return lines
 
 
@@ -223,11 +228,16 @@ def _capacity(capacity: Mapping[str, Any]) -> str:
 
 
 def _policies(plan: Plan) -> list[str]:
+    return verdict_lines(plan.verdicts, plan.run.resources)
+
+
+def verdict_lines(verdicts: Sequence[Verdict], resources: Sequence[RecordedResource]) -> list[str]:
+    """The Policies section: one line per verdict, naming the resource by type and name."""
     lines = ["Policies"]
-    if not plan.verdicts:
-        lines.append(f"  no violations ({len(plan.run.resources)} resources checked)")
-    by_urn = {resource.urn: resource for resource in plan.run.resources}
-    for verdict in plan.verdicts:
+    if not verdicts:
+        lines.append(f"  no violations ({len(resources)} resources checked)")
+    by_urn = {resource.urn: resource for resource in resources}
+    for verdict in verdicts:
         resource = by_urn.get(verdict.urn)
         where = f"{resource.type} {resource.name}" if resource else (verdict.urn or "stack")
         lines.append(f"  {verdict.enforcement.upper():9} {verdict.policy} on {where}: {verdict.message}")

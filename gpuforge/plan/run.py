@@ -48,21 +48,33 @@ class ProgramRun:
 
 
 def run_program(
-    program: Path, *, project: str, stack: str, config: Mapping[str, str], region: str
+    program: Path,
+    *,
+    project: str,
+    stack: str,
+    config: Mapping[str, str],
+    region: str,
+    mocks: GpuforgeMocks | None = None,
 ) -> ProgramRun:
     """Run `program` (a Pulumi Python program file) once under fresh mocks; see the module docstring.
+
+    `mocks` replaces the default `GpuforgeMocks(region=region)`: `gpuforge policy check`
+    passes mocks that also answer the lookups any program may make.
 
     A `pulumi.RunError` raised from a GpuforgeError (how a stack program reports bad
     input to the real engine without a traceback) comes back as that GpuforgeError.
     """
     context = contextvars.copy_context()
-    return context.run(_run_isolated, program, project, stack, dict(config), region)
+    chosen = mocks if mocks is not None else GpuforgeMocks(region=region)
+    return context.run(_run_isolated, program, project, stack, dict(config), chosen)
 
 
-def _run_isolated(program: Path, project: str, stack: str, config: dict[str, str], region: str) -> ProgramRun:
+def _run_isolated(
+    program: Path, project: str, stack: str, config: dict[str, str], chosen: GpuforgeMocks
+) -> ProgramRun:
     pulumi.runtime.reset_options(project=project, stack=stack, preview=False)
     pulumi.runtime.set_all_config(config)
-    mocks = pulumi_mocks.install(GpuforgeMocks(region=region), project=project, stack=stack, preview=False)
+    mocks = pulumi_mocks.install(chosen, project=project, stack=stack, preview=False)
     SETTINGS.outputs = set()  # MockSettings leaves the previous run's set in place
     outputs: dict[str, Any] = {}
 
