@@ -85,15 +85,41 @@ def _pins(matrix: Matrix) -> Iterator[tuple[str, str | None]]:
     )
 
 
+# The form each pin takes, as the shipped matrices write it, for the hint of `pin.exact`: an example
+# of the field's own kind of version (an apt version for NCCL, an ABI name for the kernel), not a fact.
+_PIN_EXAMPLES = {
+    "version": "1.0.0",
+    "os.release": "22.04",
+    "kernel": "6.8.0-1015-aws",
+    "nvidia.driver": "580.95.05",
+    "nvidia.fabricmanager": "580.95.05 (the driver's own version)",
+    "nvidia.nscq": "580.95.05 (the driver's own version)",
+    "nvidia.nvlsm": "2025.10.11-1 (NVIDIA's date-based apt version)",
+    "cuda": "12.9.1",
+    "cudnn": "9.10.2.21",
+    "nccl": "2.27.3-1+cuda12.9 (NVIDIA's apt version, built for the matrix's CUDA)",
+    "efa.installer": "1.47.0",
+    "aws_ofi_nccl.version": "1.18.0",
+    "lustre_client": "2.15.6",
+    "container_toolkit": "1.17.8",
+    "dcgm": "4.4.2",
+    "dcgm_exporter": "4.4.2-4.7.1",
+    "slurm.version": "26.05.5",
+    "pmix.version": "5.0.3",
+    "nccl_tests.version": "2.17.6",
+}
+
+
 def rule_exact_pins(matrix: Matrix, data: Compat) -> Iterator[Finding]:
     for field, value in _pins(matrix):
         if value is not None and not _EXACT.match(value):
+            example = _PIN_EXAMPLES.get(field)
             yield Finding(
                 "pin.exact",
                 ERROR,
                 field,
                 f"{value!r} is not one exact version (no ranges, wildcards, 'latest' or empty values). "
-                "Fix: pin the exact released version, e.g. '580.95.05'.",
+                f"Fix: pin the exact released version{f', e.g. {example}' if example else ''}.",
                 SCHEMA_SOURCE,
             )
 
@@ -290,13 +316,27 @@ def rule_driver_eol(matrix: Matrix, data: Compat, today: date | None = None) -> 
     branches = data.driver_branches
     branch = driver_branch(matrix.nvidia.driver)
     info = branches.branches.get(branch)
+    if info is None and not _known_branch_number(branch, data):
+        return  # driver.release reports a branch NVIDIA has not published
+    # The fix names only branches still supported today, Long Term Support first, never the one reported.
+    alive = sorted(
+        (name for name, row in branches.branches.items() if row.eol >= today and name != branch),
+        key=lambda name: (branches.branches[name].designation != "Long Term Support", int(name)),
+    )
+    fix = (
+        f"move to a supported branch ({', '.join('R' + name for name in alive)})"
+        if alive
+        else (
+            "move to a branch NVIDIA still supports, and add it to gpuforge/data/compat.yaml with its source"
+        )
+    )
     if info is None:
         yield Finding(
             "driver.branch-eol",
             WARNING,
             "nvidia.driver",
             f"driver branch R{branch} is not a supported data-center branch (unlisted branches are end of life). "
-            f"Fix: move to a supported branch ({', '.join('R' + b for b in branches.branches)}).",
+            f"Fix: {fix}.",
             branches.source,
         )
         return
@@ -307,13 +347,51 @@ def rule_driver_eol(matrix: Matrix, data: Compat, today: date | None = None) -> 
         message = f"driver branch R{branch} ({info.designation}) reaches end of life on {info.eol}."
     else:
         return
-    yield Finding(
-        "driver.branch-eol",
-        WARNING,
-        "nvidia.driver",
-        message + " Fix: plan the move to a supported Long Term Support branch.",
-        branches.source,
-    )
+    yield Finding("driver.branch-eol", WARNING, "nvidia.driver", f"{message} Fix: {fix}.", branches.source)
+
+
+# NVIDIA's data-center drivers are numbered <branch>.<minor>[.<patch>]: a three-digit branch (R535,
+# R580), a minor of two or three digits and an optional two-digit patch (535.183.06, 570.26,
+# 580.95.05), as every release on the supported-drivers page is.
+_DRIVER_RELEASE = re.compile(r"^(?P<branch>[0-9]{3})\.[0-9]{2,3}(\.[0-9]{2})?$")
+
+
+def _known_branch_number(branch: str, data: Compat) -> bool:
+    """Whether `branch` is one NVIDIA has published: listed, or older than the newest listed one."""
+    newest = max(int(name) for name in data.driver_branches.branches)
+    return branch.isdigit() and int(branch) <= newest
+
+
+def rule_driver_release(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    """What the offline check can know of a driver release: its numbering and its branch.
+
+    Whether that exact release exists (580.95.05 yes, 580.95.99 no) only the build can tell, when
+    the driver step asks NVIDIA's repository for it (images/scripts/20-nvidia-driver.sh)."""
+    driver = matrix.nvidia.driver
+    if _version(driver) is None:
+        return  # pin.exact reports it
+    branches = data.driver_branches
+    listed = ", ".join("R" + name for name in branches.branches)
+    if not _DRIVER_RELEASE.match(driver):
+        yield Finding(
+            "driver.release",
+            ERROR,
+            "nvidia.driver",
+            f"{driver!r} is not numbered as NVIDIA's data-center drivers are (<three-digit branch>.<minor>"
+            "[.<patch>], e.g. 580.95.05). Fix: pin a release listed on NVIDIA's supported-drivers page "
+            f"(branches {listed}).",
+            branches.source,
+        )
+    elif not _known_branch_number(driver_branch(driver), data):
+        yield Finding(
+            "driver.release",
+            ERROR,
+            "nvidia.driver",
+            f"driver {driver} is on branch R{driver_branch(driver)}, newer than any branch NVIDIA has published "
+            f"(the newest listed is R{max(branches.branches, key=int)}). Fix: pin a release of a listed branch "
+            f"({listed}), or add the new branch to gpuforge/data/compat.yaml with its source.",
+            branches.source,
+        )
 
 
 def rule_architecture(matrix: Matrix, data: Compat) -> Iterator[Finding]:
@@ -898,6 +976,7 @@ RULES: tuple[Rule, ...] = (
     rule_targets,
     rule_cuda_driver,
     rule_driver_eol,
+    rule_driver_release,
     rule_architecture,
     rule_open_modules_available,
     rule_nvswitch_companions,

@@ -11,7 +11,7 @@ from matrix_cases import MATRICES, findings, load, rules, warnings
 
 from gpuforge.compat import compat, driver_cuda_major
 from gpuforge.images.matrix import Matrix, check_file
-from gpuforge.images.rules import rule_driver_eol
+from gpuforge.images.rules import rule_driver_eol, rule_exact_pins
 
 
 @pytest.mark.parametrize("path", sorted(MATRICES.glob("*.yaml")), ids=lambda p: p.name)
@@ -207,6 +207,38 @@ def test_unlisted_driver_branch_warns(h100: dict[str, Any]) -> None:
     for key in ("driver", "fabricmanager", "nscq"):
         h100["nvidia"][key] = "590.48.01"
     assert "driver.branch-eol" in warnings(h100)
+
+
+def test_an_old_branch_s_fix_names_only_branches_still_supported_lts_first() -> None:
+    data = compat()
+    matrix = Matrix.model_validate(load("p5-h100-cuda12.yaml"))
+    old = matrix.model_copy(update={"nvidia": matrix.nvidia.model_copy(update={"driver": "525.147.05"})})
+    [finding] = list(rule_driver_eol(old, data, today=date(2026, 12, 3)))
+    # R535 (EOL 2026-06-30), R570 (2026-02-28) and R610 (2026-08-31) are past their end on that day.
+    assert finding.message.endswith("Fix: move to a supported branch (R580, R620, R595).")
+
+
+def test_a_driver_nvidia_never_numbered_so_is_an_error_not_a_warning(h100: dict[str, Any]) -> None:
+    for key in ("driver", "fabricmanager", "nscq"):
+        h100["nvidia"][key] = "99999999.0.0"
+    assert "driver.release" in rules(h100) and "driver.branch-eol" not in rules(h100)
+    for key in ("driver", "fabricmanager", "nscq"):
+        h100["nvidia"][key] = "999.95.05"  # numbered right, on a branch newer than any published
+    found = [f for f in findings(h100) if f.rule == "driver.release"]
+    assert (
+        len(found) == 1
+        and "R999, newer than any branch NVIDIA has published (the newest listed is R620)" in found[0].message
+    )
+
+
+def test_pin_exact_suggests_an_example_of_the_field_s_own_kind() -> None:
+    matrix = Matrix.model_validate(load("p5-h100-cuda12.yaml"))
+    loose = matrix.model_copy(update={"nccl": "latest", "kernel": "6.8.*"})
+    messages = {f.field: f.message for f in rule_exact_pins(loose, compat())}
+    assert messages["nccl"].endswith(
+        "e.g. 2.27.3-1+cuda12.9 (NVIDIA's apt version, built for the matrix's CUDA)."
+    )
+    assert messages["kernel"].endswith("e.g. 6.8.0-1015-aws.")
 
 
 # --- architecture -----------------------------------------------------------------------
