@@ -4,6 +4,14 @@ The matrix is tab-separated. Its header names the device columns (GPU0..,
 NIC0..) then "CPU Affinity", "NUMA Affinity" and, on newer drivers, "GPU NUMA
 ID"; on a terminal the header is wrapped in ANSI underline codes. A "NIC
 Legend" below the matrix maps NIC0.. to RDMA device names (rdmap16s27 on EFA).
+
+Cells can be empty, so a row is split on each tab, never on runs of blanks.
+Captured outputs show it (tests/fixtures/node/README.md): an 8 x H100 node on
+driver 545 prints GPU rows ending `NODE\t\t0\t\tN/A`, an empty CPU Affinity
+before NUMA node 0, and every driver that prints "GPU NUMA ID" puts an empty
+cell before it. NIC rows end in empty affinity cells. Copies of the output
+pasted into documents often carry blanks instead of tabs; those are read by
+splitting on two or more blanks, which cannot see an empty cell.
 Link levels, nearest first: NV# (a bonded set of # NVLinks), PIX (one PCIe
 switch), PXB (several PCIe switches), PHB (a PCIe host bridge), NODE (host
 bridges within one NUMA node), SYS (across NUMA nodes).
@@ -25,6 +33,7 @@ PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 LOCAL_LEVELS = frozenset({"PIX", "PXB", "PHB", "NODE"})
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _LEGEND = re.compile(r"^\s*(NIC\d+):\s*(\S+)\s*$")
+_BLANKS = re.compile(r"\s{2,}")
 
 
 class TopologyFormatError(ValueError):
@@ -60,29 +69,40 @@ class Topology:
         return nic, self.links[gpu, nic]
 
 
+def _cells(line: str, tabbed: bool) -> list[str]:
+    """A matrix line's cells, stripped; empty cells kept where tabs delimit them."""
+    parts = line.split("\t") if tabbed else _BLANKS.split(line.strip())
+    return [part.strip() for part in parts]
+
+
 def parse_topology(text: str) -> Topology:
     lines = [_ANSI.sub("", line) for line in text.splitlines()]
     header_at = next((i for i, line in enumerate(lines) if re.search(r"\bGPU0\b", line)), None)
     if header_at is None:
         raise TopologyFormatError("no header line naming GPU0")
-    columns = [cell.strip() for cell in lines[header_at].split("\t") if cell.strip()]
+    tabbed = "\t" in lines[header_at]
+    columns = [cell for cell in _cells(lines[header_at], tabbed) if cell]
     devices = tuple(c for c in columns if c not in AFFINITY_COLUMNS)
     links: dict[tuple[str, str], str] = {}
     cpu: dict[str, str] = {}
     numa: dict[str, str] = {}
     for line in lines[header_at + 1 :]:
-        tokens = line.split()
+        tokens = _cells(line, tabbed)
         if not tokens or tokens[0] not in devices:
             continue
         row, cells = tokens[0], tokens[1:]
-        if len(cells) < len(devices):
-            raise TopologyFormatError(f"row {row} has {len(cells)} cells for {len(devices)} devices")
+        if len(cells) < len(devices) or not all(cells[: len(devices)]):
+            raise TopologyFormatError(
+                f"row {row} has {len([c for c in cells[: len(devices)] if c])} link cells "
+                f"for {len(devices)} devices"
+            )
         for column, value in zip(devices, cells, strict=False):
             links[row, column] = value
         rest = cells[len(devices) :]
         if row.startswith("GPU"):
-            cpu[row] = rest[0] if rest else "N/A"
-            numa[row] = rest[1] if len(rest) > 1 else "N/A"
+            # an empty cell is what nvidia-smi printed: no affinity listed
+            cpu[row] = rest[0] if rest and rest[0] else "N/A"
+            numa[row] = rest[1] if len(rest) > 1 and rest[1] else "N/A"
     missing = [d for d in devices if (d, d) not in links]
     if missing:
         raise TopologyFormatError(f"no matrix row for {', '.join(missing)}")

@@ -61,10 +61,55 @@ def test_nvswitch_types_pass_with_local_nics(root: Path) -> None:
     assert "GPU7: CPU 24-47,72-95, NUMA 1, NIC NIC3 (rdmap160s27) PXB" in check_topology(ctx).evidence
 
 
-def test_lost_nvlink_fails(root: Path) -> None:
-    ctx, _ = context(
-        p4d_healthy().set(TOPOLOGY, fixture("topo/p4d-a100-nvlink-down.txt")), "p4d.24xlarge", root
+CAPTURED_H100 = "topo/h100-sxm-x8-mlx5-545.23.08.txt"
+
+
+def test_captured_h100_matrix_keeps_its_empty_cells() -> None:
+    # Captured on an 8 x H100 node (driver 545): GPU0-GPU3 rows end "NODE\t\t0\t\tN/A", an empty
+    # CPU Affinity before NUMA node 0. Splitting on blanks read that as CPU "0" and NUMA "N/A".
+    text = fixture(CAPTURED_H100)
+    assert "NODE\t\t0\t\tN/A\n" in text
+    topology = parse_topology(text)
+    assert topology.gpus == tuple(f"GPU{i}" for i in range(8)) and len(topology.nics) == 6
+    assert (topology.cpu_affinity["GPU0"], topology.numa_affinity["GPU0"]) == ("N/A", "0")
+    assert (topology.cpu_affinity["GPU4"], topology.numa_affinity["GPU4"]) == ("1", "1")
+    assert topology.links["GPU3", "NIC2"] == "PIX" and topology.links["NIC5", "GPU6"] == "PIX"
+    assert topology.nic_names["NIC5"] == "mlx5_5"
+    assert topology.nearest_nic("GPU6") == ("NIC5", "PIX")
+    assert topology.nearest_nic("GPU1") == ("NIC0", "NODE")
+
+
+def test_captured_h100_matrix_passes_on_an_nvswitch_type(root: Path) -> None:
+    ctx, _ = context(p5_healthy().set(TOPOLOGY, fixture(CAPTURED_H100)), "p5.48xlarge", root)
+    result = check_topology(ctx)
+    assert result.status is Status.PASS
+    assert result.evidence.startswith(
+        "NVLink between all GPUs; 8 GPU(s), 6 NIC(s); GPU0: CPU N/A, NUMA 0, NIC NIC0 (mlx5_0) PIX; "
+        "GPU1: CPU N/A, NUMA 0, NIC NIC0 (mlx5_0) NODE"
     )
+
+
+def test_pasted_copy_with_blanks_instead_of_tabs() -> None:
+    # A published 8 x A100 matrix whose tabs became blanks when it was pasted.
+    text = fixture("topo/a100-sxm4-x8-nv12-spaces.txt")
+    assert "\t" not in text
+    topology = parse_topology(text)
+    assert len(topology.gpus) == 8 and len(topology.nics) == 17
+    assert topology.links["GPU0", "GPU7"] == "NV12" and topology.links["GPU6", "NIC12"] == "PXB"
+    assert (topology.cpu_affinity["GPU7"], topology.numa_affinity["GPU7"]) == ("0-103", "0")
+    assert topology.nic_names["NIC16"] == "mlx5_bond_0"
+    assert topology.nearest_nic("GPU7") == ("NIC12", "PXB")
+
+
+def test_lost_nvlink_fails(root: Path) -> None:
+    # derived from the captured H100 matrix: the GPU3-GPU5 link reported as SYS both ways
+    lines = fixture(CAPTURED_H100).split("\n")
+    for row, column in ((4, 6), (6, 4)):  # line 4 is GPU3's row, cell 6 is the GPU5 column
+        cells = lines[row].split("\t")
+        assert cells[column] == "NV18"
+        cells[column] = "SYS"
+        lines[row] = "\t".join(cells)
+    ctx, _ = context(p5_healthy().set(TOPOLOGY, "\n".join(lines)), "p5.48xlarge", root)
     result = check_topology(ctx)
     assert result.status is Status.FAIL
     assert result.evidence.startswith("GPU pairs not on NVLink: GPU3-GPU5 SYS.")
