@@ -2,19 +2,30 @@
 
 Versioned (an overwritten checkpoint can be recovered), encrypted (SSE-S3, or
 SSE-KMS with the given key and an S3 Bucket Key to cut KMS requests), every
-public-access block on, ACLs disabled (bucket owner enforced), and optionally a
-lifecycle rule that expires old checkpoints. Uses the provider's v7 resources
-(`s3.Bucket` and its separate configuration resources; `BucketV2` is deprecated).
+public-access block on, ACLs disabled (bucket owner enforced), TLS only, and
+optionally a lifecycle rule that expires old checkpoints. Uses the provider's v7
+resources (`s3.Bucket` and its separate configuration resources; `BucketV2` is
+deprecated).
+
+TLS only: S3 accepts plain HTTP requests unless the bucket policy refuses them, so
+the bucket's policy denies every S3 action to everyone when `aws:SecureTransport` is
+false. S3 keeps one policy per bucket (each PutBucketPolicy replaces the last), so
+the component owns that one BucketPolicy, and a caller who needs more statements
+passes them in `DataBucketArgs.policy_statements` instead of writing a second one.
+Sources: https://docs.aws.amazon.com/AmazonS3/latest/userguide/security-best-practices.html
+         https://docs.aws.amazon.com/AmazonS3/latest/API/API_PutBucketPolicy.html
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
+from gpuforge.components.input_errors import invalid
 from gpuforge.components.specs import BucketSpec
 
 TOKEN = "gpuforge:storage:DataBucket"
@@ -23,11 +34,56 @@ TOKEN = "gpuforge:storage:DataBucket"
 # are billed until removed.
 ABORT_INCOMPLETE_UPLOADS_DAYS = 7
 
+TLS_ONLY_SID = "DenyInsecureTransport"
+POLICY_VERSION = "2012-10-17"
+EFFECTS = ("Allow", "Deny")
+STAND_IN_ARN = "arn:aws:s3:::stand-in"
+
+Statements = Callable[[pulumi.Output[str]], Sequence[Mapping[str, Any]]]
+"""Given the bucket's ARN, more statements for its policy (IAM JSON: Sid, Effect, Principal, ...)."""
+
 
 @dataclass(frozen=True)
 class DataBucketArgs:
     spec: BucketSpec = field(default_factory=BucketSpec)
     tags: Mapping[str, str] = field(default_factory=dict)
+    policy_statements: Statements | None = None
+    """Statements to add to the bucket's one policy, beside the TLS-only deny (called once on a
+    stand-in ARN to check them before anything is created, then on the bucket's ARN)."""
+
+
+def tls_only_statement(arn: pulumi.Input[str]) -> dict[str, Any]:
+    """Deny every S3 action, to everyone, on the bucket and its objects, over plain HTTP."""
+    return {
+        "Sid": TLS_ONLY_SID,
+        "Effect": "Deny",
+        "Principal": "*",
+        "Action": "s3:*",
+        "Resource": [arn, pulumi.Output.concat(arn, "/*")],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    }
+
+
+def _checked(statements: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse statements S3 would reject, or that would clash with the TLS deny."""
+    sids: list[object] = [TLS_ONLY_SID]
+    for index, statement in enumerate(statements):
+        where = f"DataBucketArgs.policy_statements[{index}]"
+        if not isinstance(statement, Mapping):
+            raise invalid(where, statement, "a statement is a mapping of IAM policy elements", "pass a dict")
+        if statement.get("Effect") not in EFFECTS:
+            raise invalid(
+                f"{where}.Effect", statement.get("Effect"), "a statement's Effect is Allow or Deny", "set one"
+            )
+        sid = statement.get("Sid")
+        if sid is not None and sid in sids:
+            raise invalid(
+                f"{where}.Sid",
+                sid,
+                f"Sids in one policy are unique, and {TLS_ONLY_SID!r} is the TLS-only deny's",
+                "pick another Sid",
+            )
+        sids.append(sid)
 
 
 class DataBucket(pulumi.ComponentResource):
@@ -38,6 +94,9 @@ class DataBucket(pulumi.ComponentResource):
     def __init__(self, name: str, args: DataBucketArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(TOKEN, name, None, opts)
         spec = args.spec
+        if args.policy_statements:
+            # Checked on a stand-in ARN before anything is registered, so a bad statement creates nothing.
+            _checked(args.policy_statements(pulumi.Output.from_input(STAND_IN_ARN)))
         child = pulumi.ResourceOptions(parent=self)
         bucket = aws.s3.Bucket(
             f"{name}-bucket",
@@ -52,7 +111,7 @@ class DataBucket(pulumi.ComponentResource):
             rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
             opts=child,
         )
-        aws.s3.BucketPublicAccessBlock(
+        public_access = aws.s3.BucketPublicAccessBlock(
             f"{name}-public-access",
             bucket=bucket.id,
             block_public_acls=True,
@@ -80,6 +139,16 @@ class DataBucket(pulumi.ComponentResource):
                 )
             ],
             opts=child,
+        )
+        extra = list(args.policy_statements(bucket.arn)) if args.policy_statements else []
+        aws.s3.BucketPolicy(
+            f"{name}-policy",
+            bucket=bucket.id,
+            policy=pulumi.Output.json_dumps(
+                {"Version": POLICY_VERSION, "Statement": [tls_only_statement(bucket.arn), *extra]}
+            ),
+            # With block_public_policy in place first, S3 itself refuses a public statement.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[public_access]),
         )
         if spec.checkpoint_retention_days is not None:
             days = spec.checkpoint_retention_days

@@ -25,3 +25,13 @@ BUCKET_ENCRYPTION: Final = (
 
 NODES: Final = (LAUNCH_TEMPLATE, INSTANCE)
 """The resources that say how a node is launched: its AMI, type, interfaces, metadata and disks."""
+
+BUCKET_POLICY: Final = "aws:s3/bucketPolicy:BucketPolicy"
+IAM_ROLE: Final = "aws:iam/role:Role"
+IAM_POLICY_DOCUMENTS: Final = (
+    "aws:iam/policy:Policy",
+    "aws:iam/rolePolicy:RolePolicy",
+    "aws:iam/userPolicy:UserPolicy",
+    "aws:iam/groupPolicy:GroupPolicy",
+)
+"""The IAM resources whose `policy` property is an identity policy document (roles also carry inline ones)."""

@@ -13,6 +13,9 @@ from pulumi_policy import EnforcementLevel, Policy
 
 from gpuforge import __version__
 from gpuforge.policies.rules_ami import AMI_PINNED, DRIVER_BRANCH_EOL
+from gpuforge.policies.rules_bucket_policies import S3_NO_PUBLIC_PRINCIPAL, S3_TLS_ONLY
+from gpuforge.policies.rules_iam import IAM_NO_WILDCARD
+from gpuforge.policies.rules_node_access import IMDS_HOP_LIMIT, NO_SSH_KEY
 from gpuforge.policies.rules_nodes import (
     EBS_ENCRYPTED,
     EFA_NETWORK_INTERFACES,
@@ -40,12 +43,17 @@ POLICIES: Final[list[Policy]] = [
     EFA_PLACEMENT,
     EFA_SECURITY_GROUP,
     IMDSV2_REQUIRED,
+    IMDS_HOP_LIMIT,
+    NO_SSH_KEY,
     NO_PUBLIC_IP,
     EBS_ENCRYPTED,
     NODE_OPEN_INGRESS,
     FSX_SUBNET,
     FSX_S3_LINK,
     S3_BUCKET_PROTECTION,
+    S3_TLS_ONLY,
+    S3_NO_PUBLIC_PRINCIPAL,
+    IAM_NO_WILDCARD,
     P_FAMILY_CAPACITY,
     COST_ALLOCATION_TAGS,
     DRIVER_BRANCH_EOL,

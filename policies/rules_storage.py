@@ -24,7 +24,7 @@ from gpuforge.components.specs import LustreSpec
 from gpuforge.policies import aws_types
 from gpuforge.policies.engine_adapter import unknown_during_preview
 from gpuforge.policies.props import UNKNOWN, at, flag, is_set, items, show, text, text_or_texts
-from gpuforge.policies.stack_graph import StackGraph, describe, merge, node_subnets, nodes
+from gpuforge.policies.stack_graph import StackGraph, bucket_settings, describe, merge, node_subnets, nodes
 
 # Lustre version when FileSystemTypeVersion is not given: 2.10, except 2.12 for PERSISTENT_2
 # without a metadata configuration and 2.15 for PERSISTENT_2 with one; DeploymentType
@@ -141,20 +141,6 @@ def validate_fsx_link(args: StackValidationArgs, report: ReportViolation) -> Non
             )
 
 
-def _settings_of(graph: StackGraph, bucket: PolicyResource, types: tuple[str, ...]) -> list[PolicyResource]:
-    """The bucket-setting resources of `types` (public access block, encryption) that name `bucket`."""
-    found = []
-    for setting in graph.of_type(*types):
-        refs = graph.refs(
-            setting, "bucket", [text(at(setting.props, "bucket"))], aws_types.BUCKETS, ("id", "bucket")
-        )
-        if refs.unresolved:
-            unknown_during_preview([setting.name, "bucket"])
-        if bucket.urn in {ref.urn for ref in refs.internal}:
-            found.append(setting)
-    return found
-
-
 def _encrypted(rule: object) -> bool:
     return is_set(text(at(rule, "applyServerSideEncryptionByDefault", "sseAlgorithm")))
 
@@ -162,7 +148,7 @@ def _encrypted(rule: object) -> bool:
 def validate_buckets(args: StackValidationArgs, report: ReportViolation) -> None:
     graph = StackGraph(args.resources)
     for bucket in graph.of_type(*aws_types.BUCKETS):
-        blocks = _settings_of(graph, bucket, (aws_types.PUBLIC_ACCESS_BLOCK,))
+        blocks = bucket_settings(graph, bucket, (aws_types.PUBLIC_ACCESS_BLOCK,))
         if not any(
             all(flag(at(block.props, name)) is True for name in PUBLIC_ACCESS_FLAGS) for block in blocks
         ):
@@ -180,7 +166,7 @@ def validate_buckets(args: StackValidationArgs, report: ReportViolation) -> None
         inline = at(bucket.props, "serverSideEncryptionConfiguration", "rule")
         configured = [
             rule
-            for setting in _settings_of(graph, bucket, aws_types.BUCKET_ENCRYPTION)
+            for setting in bucket_settings(graph, bucket, aws_types.BUCKET_ENCRYPTION)
             for rule in items(at(setting.props, "rules"))
         ]
         if not (_encrypted(inline) or any(_encrypted(rule) for rule in configured)):

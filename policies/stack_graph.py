@@ -221,6 +221,24 @@ def node_security_groups(graph: StackGraph, node: Node) -> Refs:
     return merge(refs)
 
 
+def bucket_settings(graph: StackGraph, bucket: PolicyResource, types: Sequence[str]) -> list[PolicyResource]:
+    """The bucket-setting resources of `types` (public access block, encryption, policy) that name `bucket`.
+
+    Each names its bucket by id (the bucket's name); a name that is unknown and that no
+    dependency explains stops the rule with the engine's "can't run during preview".
+    """
+    found = []
+    for setting in graph.of_type(*types):
+        refs = graph.refs(
+            setting, "bucket", [text(at(setting.props, "bucket"))], aws_types.BUCKETS, ("id", "bucket")
+        )
+        if refs.unresolved:
+            unknown_during_preview([setting.name, "bucket"])
+        if bucket.urn in {ref.urn for ref in refs.internal}:
+            found.append(setting)
+    return found
+
+
 def merge(refs: Iterable[Refs]) -> Refs:
     internal: dict[str, PolicyResource] = {}
     external: list[str] = []

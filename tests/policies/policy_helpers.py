@@ -61,6 +61,8 @@ DRA = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
 BUCKET = "aws:s3/bucket:Bucket"
 PUBLIC_ACCESS_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
 BUCKET_ENCRYPTION = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+BUCKET_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 
 
 # What a recorded run hands the policy runner: the mocks' record, property dependencies included.

@@ -44,6 +44,11 @@ MANDATORY = {
     "fsx-same-subnet",
     "fsx-s3-link",
     "s3-bucket-protection",
+    "imds-hop-limit",
+    "no-ssh-key",
+    "iam-no-wildcard",
+    "s3-no-public-principal",
+    "s3-tls-only",
 }
 ADVISORY = {"p-family-capacity", "cost-allocation-tags", "driver-branch-eol", "slurm-controller-cpu"}
 STARTUP_TIMEOUT_S = 30.0
@@ -58,6 +63,7 @@ def test_metadata_without_a_server() -> None:
     assert {name for name, level in levels.items() if level is EnforcementLevel.ADVISORY} == ADVISORY
     stack_policies = {p.name for p in pack.POLICIES if isinstance(p, StackValidationPolicy)}
     assert "efa-security-group" in stack_policies  # its rules may be separate resources
+    assert "s3-tls-only" in stack_policies  # it links each bucket to the policies that name it
     assert all(isinstance(p, ResourceValidationPolicy | StackValidationPolicy) for p in pack.POLICIES)
     for policy in pack.POLICIES:
         assert policy.description.endswith(".") and len(policy.description) > 60, policy.name
@@ -71,6 +77,10 @@ def test_config_schemas_and_their_defaults() -> None:
         "efa-placement",
         "fsx-s3-link",
         "cost-allocation-tags",
+        "imds-hop-limit",
+        "no-ssh-key",
+        "iam-no-wildcard",
+        "s3-no-public-principal",
     }
     reconciled = reconcile_config(pack.POLICIES, {})
     for policy in pack.POLICIES:
