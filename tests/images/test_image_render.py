@@ -274,8 +274,15 @@ def test_nccl_tests_build_after_the_efa_installer_and_skip_when_unpinned(tmp_pat
 
     assert STEPS.index("50-efa.sh") < STEPS.index("55-nccl-tests.sh") < STEPS.index("90-verify.sh")
     matrix, digest = load_valid(MATRICES / "p5-h100-cuda12.yaml")
-    assert matrix.nccl_tests is None
+    assert matrix.nccl_tests is not None
     values = matrix_values(matrix, digest)
+    assert {key: values[key] for key in values if key.startswith("GPUFORGE_NCCL_TESTS")} == {
+        "GPUFORGE_NCCL_TESTS": "2.17.6",
+        "GPUFORGE_NCCL_TESTS_SHA256": matrix.nccl_tests.sha256,
+        "GPUFORGE_NCCL_TESTS_URL": "https://github.com/NVIDIA/nccl-tests/archive/v2.17.6.tar.gz",
+    }
+    unpinned = matrix.model_copy(update={"nccl_tests": None})
+    values = matrix_values(unpinned, digest)
     assert {key: values[key] for key in values if key.startswith("GPUFORGE_NCCL_TESTS")} == {
         "GPUFORGE_NCCL_TESTS": "",
         "GPUFORGE_NCCL_TESTS_SHA256": "",

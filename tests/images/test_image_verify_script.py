@@ -139,6 +139,7 @@ def test_a_node_that_matches_the_matrix_passes_and_gets_the_manifest(payload: Pa
             "dcgm": matrix.dcgm,
             "slurm": "26.05.5",
             "pmix": "5.0.3",
+            "nccl_tests": "2.17.6",
         },
     }
     # Every component value equals the matrix's pin (the AMI tags carry the same values).
@@ -343,34 +344,36 @@ def test_the_script_runs_under_strict_bash_settings() -> None:
     assert os.access(scripts[-1], os.X_OK)
 
 
-def _with_nccl_tests(tmp_path: Path) -> Path:
-    """The p5 matrix with nccl-tests pinned (a test pin: the shipped matrices pin none, README 'Acceptance')."""
-    data = load_matrix_data()
-    data["nccl_tests"] = {
-        "version": "2.17.1",
-        "sha256": "0" * 64,
-        "sha256_source": "hashed: a test value, never downloaded",
-        "url": "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v2.17.1.tar.gz",
-    }
-    matrix, digest = load_valid(write_matrix(tmp_path, data))
-    return render(matrix, digest, RenderOptions(region="us-east-1", imds=False), tmp_path / "out").payload
-
-
 @pytest.mark.parametrize("installed", [True, False])
-def test_pinned_nccl_tests_must_be_installed_and_reach_the_manifest(tmp_path: Path, installed: bool) -> None:
-    payload = _with_nccl_tests(tmp_path)
+def test_pinned_nccl_tests_must_be_installed(payload: Path, tmp_path: Path, installed: bool) -> None:
     node = copy.deepcopy(_recording())
-    if installed:
-        node["links"] |= {
-            f"usr/local/bin/{name}": "/bin/true" for name in ("all_reduce_perf", "all_gather_perf")
-        }
-    base = tmp_path / "node"
-    base.mkdir()
-    done, root, _ = _verify(payload, node, base)
+    if not installed:
+        for name in ("all_reduce_perf", "all_gather_perf"):
+            del node["links"][f"usr/local/bin/{name}"]
+    done, root, _ = _verify(payload, node, tmp_path)
     if installed:
         assert done.returncode == 0, done.stderr
-        components = json.loads((root / "etc" / "gpuforge" / "manifest.json").read_text())["components"]
-        assert components["nccl_tests"] == "2.17.1"
     else:
         assert done.returncode == 1
         assert "gpuforge: verify: nccl_tests: no /usr/local/bin/all_reduce_perf" in done.stderr
+        assert not (root / "etc" / "gpuforge" / "manifest.json").exists()
+
+
+def test_a_matrix_without_nccl_tests_skips_their_check_and_leaves_them_out_of_the_manifest(
+    tmp_path: Path,
+) -> None:
+    data = load_matrix_data()
+    del data["nccl_tests"]
+    matrix, digest = load_valid(write_matrix(tmp_path, data))
+    payload = render(matrix, digest, RenderOptions(region="us-east-1", imds=False), tmp_path / "out").payload
+    node = copy.deepcopy(_recording())
+    for name in ("all_reduce_perf", "all_gather_perf"):
+        del node["links"][f"usr/local/bin/{name}"]
+    base = tmp_path / "node"
+    base.mkdir()
+    done, root, _ = _verify(payload, node, base)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "nccl_tests"
+        not in json.loads((root / "etc" / "gpuforge" / "manifest.json").read_text())["components"]
+    )
