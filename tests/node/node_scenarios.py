@@ -30,6 +30,8 @@ from gpuforge.node.xid import DMESG
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "node"
 KERNEL = "6.8.0-1021-aws\n"
 INSTANCE_STORE = "Amazon EC2 NVMe Instance Storage"
+# `nvidia-smi -q` as captured on an 8 x H100 SXM node (README.md names the source).
+P5_DETAILS = "nvidia-smi/q-h100-sxm-x8-565.57.01.txt"
 
 
 def fixture(relative: str) -> str:
@@ -126,7 +128,7 @@ def p5_healthy() -> Scenario:
     return (
         Scenario()
         .set(GPU_QUERY, fixture("nvidia-smi/query-p5-h100.csv"))
-        .set(GPU_DETAILS, fixture("nvidia-smi/q-p5-h100.txt"))
+        .set(GPU_DETAILS, fixture(P5_DETAILS))
         .set(TOPOLOGY, fixture("topo/p5-h100.txt"))
         .set(LSMOD, fixture("lsmod/p5-h100.txt"))
         .set(UNAME, KERNEL)
@@ -152,7 +154,7 @@ def p4d_healthy() -> Scenario:
     return (
         Scenario()
         .set(GPU_QUERY, fixture("nvidia-smi/query-p4d-a100.csv"))
-        .set(GPU_DETAILS, fixture("nvidia-smi/q-p4d-a100.txt"))
+        .set(GPU_DETAILS, fixture("nvidia-smi/q-a100-sxm4-40gb-x8-535.129.03.txt"))
         .set(TOPOLOGY, fixture("topo/p4d-a100.txt"))
         .set(LSMOD, fixture("lsmod/p5-h100.txt"))
         .set(UNAME, KERNEL)
@@ -178,7 +180,7 @@ def g5_xlarge_healthy() -> Scenario:
     return (
         Scenario()
         .set(GPU_QUERY, fixture("nvidia-smi/query-g5-a10g.csv"))
-        .set(GPU_DETAILS, fixture("nvidia-smi/q-g5-a10g.txt"))
+        .set(GPU_DETAILS, fixture("nvidia-smi/q-a10g-535.247.01.txt"))
         .set(TOPOLOGY, fixture("topo/g5-xlarge.txt"))
         .set(LSMOD, fixture("lsmod/g5-xlarge.txt"))
         .set(UNAME, KERNEL)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node_scenarios import context, fixture, p5_healthy
+from node_scenarios import P5_DETAILS, context, fixture, p5_healthy
 
 from gpuforge.node.gpus import check_clocks, check_ecc, check_inventory, check_row_remapping, model_matches
 from gpuforge.node.nvidia_smi import GPU_DETAILS, GPU_QUERY
@@ -77,14 +77,14 @@ def test_ecc_not_reported_warns(root: Path) -> None:
 
 
 def test_row_remapping_pending_and_failure(root: Path) -> None:
-    text = fixture("nvidia-smi/q-p5-h100.txt")
+    text = fixture(P5_DETAILS)
     pending = text.replace(
         "Pending                           : No", "Pending                           : Yes", 1
     )
     ctx, _ = context(p5_healthy().set(GPU_DETAILS, pending), "p5.48xlarge", root / "a")
     result = check_row_remapping(ctx)
     assert result.status is Status.FAIL
-    assert result.evidence == "row remapping pending on 00000000:53:00.0"
+    assert result.evidence == "row remapping pending on 00000000:18:00.0"
     assert "next GPU reset" in result.cause
 
     failure = text.replace(
@@ -93,7 +93,7 @@ def test_row_remapping_pending_and_failure(root: Path) -> None:
     ctx, _ = context(p5_healthy().set(GPU_DETAILS, failure), "p5.48xlarge", root / "b")
     result = check_row_remapping(ctx)
     assert result.status is Status.FAIL
-    assert result.evidence == "row remapping failed on 00000000:53:00.0, 00000000:64:00.0"
+    assert result.evidence == "row remapping failed on 00000000:18:00.0, 00000000:2A:00.0"
     assert "replace the node" in result.cause
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from node_scenarios import fixture
+from node_scenarios import P5_DETAILS, fixture
 
 from gpuforge.node.nvidia_smi import (
     GPU_QUERY,
@@ -61,18 +61,40 @@ def test_driver_library_mismatch_message() -> None:
 
 
 def test_details_report_per_gpu_fields() -> None:
-    report = parse_details(fixture("nvidia-smi/q-p5-h100.txt"))
-    assert report.driver_version == "570.133.20"
-    assert [gpu.bus_id for gpu in report.gpus][:2] == ["00000000:53:00.0", "00000000:64:00.0"]
+    report = parse_details(fixture(P5_DETAILS))
+    assert report.driver_version == "565.57.01"
+    assert [gpu.bus_id for gpu in report.gpus] == [
+        f"00000000:{bus}:00.0" for bus in ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+    ]
     gpu = report.gpus[0]
     assert gpu.get("Product Name") == "NVIDIA H100 80GB HBM3"
     assert gpu.get("Fabric", "State") == "Completed" and gpu.get("Fabric", "Status") == "Success"
-    assert gpu.get("Fabric", "Health", "Bandwidth") == "Full"
+    assert gpu.get("Fabric", "CliqueId") == "0"
+    assert gpu.get("Fabric", "Health", "Bandwidth") == "N/A"
     assert gpu.get("Remapped Rows", "Pending") == "No"
-    assert gpu.get("Remapped Rows", "Bank Remap Availability Histogram", "Max") == "2559 bank(s)"
+    assert gpu.get("Remapped Rows", "Bank Remap Availability Histogram", "Max") == "2560 bank(s)"
     assert gpu.get("Clocks Event Reasons", "HW Slowdown", "HW Thermal Slowdown") is None
     assert gpu.get("Clocks Event Reasons", "HW Thermal Slowdown") == "Not Active"
     assert gpu.get("PCI", "GPU Link Info", "Link Width", "Current") == "16x"
+    # a section header with a trailing blank, as printed
+    assert gpu.get("GPU Memory Power Readings", "Power Draw") == "69.61 W"
+    assert gpu.get("Platform Info", "Module Id") == "2"
+
+
+def test_captured_reports_of_other_drivers_and_gpus() -> None:
+    a100 = parse_details(fixture("nvidia-smi/q-a100-sxm4-40gb-x8-535.129.03.txt"))
+    assert a100.driver_version == "535.129.03" and len(a100.gpus) == 8
+    assert {(gpu.get("Fabric", "State"), gpu.get("Fabric", "Status")) for gpu in a100.gpus} == {("N/A", "N/A")}
+    # driver 535.129.03 prints one SRAM Uncorrectable counter where 535.247.01 and 565 split it
+    assert a100.gpus[0].get("ECC Errors", "Volatile", "SRAM Uncorrectable") == "0"
+    a10g = parse_details(fixture("nvidia-smi/q-a10g-535.247.01.txt"))
+    (gpu,) = a10g.gpus
+    assert (a10g.driver_version, gpu.bus_id) == ("535.247.01", "00000000:00:1E.0")
+    assert gpu.get("ECC Errors", "Volatile", "SRAM Uncorrectable Parity") == "0"
+    assert gpu.get("Remapped Rows", "Remapping Failure Occurred") == "No"
+    # the blank line printed inside PCI does not end the section
+    assert gpu.get("PCI", "Rx Throughput") == "0 KB/s"
+    assert gpu.get("Processes", "Used GPU Memory") == "8716 MiB" and gpu.get("Processes", "Name") == ""
 
 
 def test_details_inline_na_section_as_printed_for_gpus_without_a_row_remapper() -> None:

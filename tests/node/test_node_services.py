@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node_scenarios import context, fixture, g5_xlarge_healthy, p4d_healthy, p5_healthy
+from node_scenarios import P5_DETAILS, context, fixture, g5_xlarge_healthy, p4d_healthy, p5_healthy
 
 from gpuforge.node.nvidia_smi import GPU_DETAILS
 from gpuforge.node.report import Status
@@ -46,25 +46,37 @@ def test_fabric_manager_healthy_on_hopper_and_na_on_a100(root: Path) -> None:
     )
 
 
+def _fabric_in_progress() -> str:
+    """Derived from the captured H100 report: each GPU's Fabric block as a published capture of an
+    H100 whose fabric never registered prints it (State In Progress, Status N/A; README.md)."""
+    text = fixture(P5_DETAILS)
+    completed = "        State                             : Completed\n        Status                            : Success\n"
+    assert text.count(completed) == 8
+    return text.replace(
+        completed,
+        "        State                             : In Progress\n        Status                            : N/A\n",
+    )
+
+
 def test_fabric_manager_inactive(root: Path) -> None:
     scenario = (
         p5_healthy()
         .set(is_active_argv("nvidia-fabricmanager"), fixture("systemctl/is-active-failed.txt"), 3)
-        .set(GPU_DETAILS, fixture("nvidia-smi/q-p5-h100-fabric-in-progress.txt"))
+        .set(GPU_DETAILS, _fabric_in_progress())
     )
     ctx, _ = context(scenario, "p5.48xlarge", root)
     result = check_fabricmanager(ctx)
     assert result.status is Status.FAIL
     assert result.evidence.startswith("nvidia-fabricmanager is failed; fabric registration incomplete: ")
-    assert "00000000:53:00.0 In Progress/N/A" in result.evidence
+    assert "00000000:18:00.0 In Progress/N/A" in result.evidence
     assert "journalctl -u nvidia-fabricmanager" in result.cause
 
 
 def test_fabric_state_na_is_not_accepted_on_hopper(root: Path) -> None:
-    text = fixture("nvidia-smi/q-p5-h100.txt").replace(": Completed", ": N/A")
+    text = fixture(P5_DETAILS).replace(": Completed", ": N/A")
     ctx, _ = context(p5_healthy().set(GPU_DETAILS, text), "p5.48xlarge", root)
     result = check_fabricmanager(ctx)
-    assert result.status is Status.FAIL and "00000000:CA:00.0 N/A/Success" in result.evidence
+    assert result.status is Status.FAIL and "00000000:DB:00.0 N/A/Success" in result.evidence
 
 
 def test_fabric_manager_version_must_equal_driver(root: Path) -> None:
