@@ -84,7 +84,9 @@ def test_details_report_per_gpu_fields() -> None:
 def test_captured_reports_of_other_drivers_and_gpus() -> None:
     a100 = parse_details(fixture("nvidia-smi/q-a100-sxm4-40gb-x8-535.129.03.txt"))
     assert a100.driver_version == "535.129.03" and len(a100.gpus) == 8
-    assert {(gpu.get("Fabric", "State"), gpu.get("Fabric", "Status")) for gpu in a100.gpus} == {("N/A", "N/A")}
+    assert {(gpu.get("Fabric", "State"), gpu.get("Fabric", "Status")) for gpu in a100.gpus} == {
+        ("N/A", "N/A")
+    }
     # driver 535.129.03 prints one SRAM Uncorrectable counter where 535.247.01 and 565 split it
     assert a100.gpus[0].get("ECC Errors", "Volatile", "SRAM Uncorrectable") == "0"
     a10g = parse_details(fixture("nvidia-smi/q-a10g-535.247.01.txt"))
