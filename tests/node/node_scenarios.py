@@ -161,7 +161,7 @@ def p4d_healthy() -> Scenario:
         .set(is_active_argv("nvidia-persistenced"), fixture("systemctl/is-active-active.txt"))
         .set(is_active_argv("nvidia-fabricmanager"), fixture("systemctl/is-active-active.txt"))
         .set(FABRICMANAGER_VERSION, fixture("fabricmanager/version-535.183.06.txt"))
-        .set(FI_INFO_EFA, fixture("fi_info/efa-p4d-4.txt"))
+        .set(FI_INFO_EFA, fixture("fi_info/efa-p4d-4-rdm.txt"))
         .set(DMESG, fixture("dmesg/boot-clean.txt"))
         .efa_devices(fixture("efa-devices-p4d.txt").split())
         .instance_store([f"nvme{i}n1" for i in range(1, 9)])

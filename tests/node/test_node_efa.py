@@ -18,13 +18,24 @@ def test_fi_info_counts_devices_not_endpoints() -> None:
     assert text.count("provider: efa") == 96  # efa-direct RDM, efa RDM and efa DGRAM per device
     devices = parse_fi_info_devices(text)
     assert len(devices) == 32 and devices[:2] == ("rdmap79s0", "rdmap80s0")
-    assert parse_fi_info_devices(fixture("fi_info/efa-p4d-4.txt")) == (
+    assert parse_fi_info_devices(fixture("fi_info/efa-p4d-4-rdm.txt")) == (
         "rdmap16s27",
         "rdmap32s27",
         "rdmap144s27",
         "rdmap160s27",
     )
     assert parse_fi_info_devices(fixture("fi_info/no-device.txt")) == ()
+
+
+def test_captured_fi_info_of_both_libfabric_generations() -> None:
+    # libfabric 2.x (captured): one device listed three times, efa-direct RDM, efa RDM, efa DGRAM
+    text = fixture("fi_info/efa-g5g-1-libfabric2.txt")
+    assert text.count("provider: efa") == 3 and "fabric: efa-direct" in text
+    assert parse_fi_info_devices(text) == ("rdmap47s0",)
+    # libfabric 1.x on a p4d (captured): the fabric is named per device, "EFA-fe80::..."
+    text = fixture("fi_info/efa-p4d-4-rdm.txt")
+    assert text.count("fabric: EFA-fe80::") == 4
+    assert len(parse_fi_info_devices(text)) == 4
 
 
 def test_all_32_on_p5_and_4_on_p4d(root: Path) -> None:
