@@ -29,7 +29,7 @@ def test_fi_info_counts_devices_not_endpoints() -> None:
 
 def test_captured_fi_info_of_both_libfabric_generations() -> None:
     # libfabric 2.x (captured): one device listed three times, efa-direct RDM, efa RDM, efa DGRAM
-    text = fixture("fi_info/efa-g5g-1-libfabric2.txt")
+    text = fixture("fi_info/efa-1-device-libfabric2.txt")
     assert text.count("provider: efa") == 3 and "fabric: efa-direct" in text
     assert parse_fi_info_devices(text) == ("rdmap47s0",)
     # libfabric 1.x on a p4d (captured): the fabric is named per device, "EFA-fe80::..."
