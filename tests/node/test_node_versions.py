@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from node_scenarios import FIXTURES, context, fixture, g5_xlarge_healthy, p4d_healthy, p5_healthy
 
 from gpuforge.node.nvidia_smi import GPU_QUERY
@@ -29,6 +30,20 @@ def test_proc_driver_version_both_flavours() -> None:
         "proprietary",
     )
     assert parse_driver_version("") is None
+
+
+@pytest.mark.parametrize(
+    ("name", "version", "flavor"),
+    [
+        ("captured-565.57.01-open-x86_64.txt", "565.57.01", "open"),
+        ("captured-384.98-proprietary-x86_64.txt", "384.98", "proprietary"),
+        # a Jetson's open module: another architecture word, and a two-part release number
+        ("captured-35.3.1-open-aarch64.txt", "35.3.1", "open"),
+    ],
+)
+def test_proc_driver_version_as_captured(name: str, version: str, flavor: str) -> None:
+    loaded = parse_driver_version(fixture(f"proc/{name}"))
+    assert loaded is not None and (loaded.version, loaded.flavor) == (version, flavor)
 
 
 def test_lsmod() -> None:
