@@ -54,12 +54,17 @@ def validate_hop_limit(args: ResourceValidationArgs, report: ReportViolation) ->
         return  # EC2's default, 1
     if isinstance(limit, int) and limit <= maximum:
         return
+    judged = (
+        f"{limit}, above this policy's maximum of {maximum}"
+        if isinstance(limit, int)
+        else f"{show(raw)}, not a whole number this policy can hold to its maximum of {maximum}"
+    )
     report(
-        f"{node.kind} {args.name!r} sets {node.field(*path)} to {show(raw)}, above this policy's maximum of "
-        f"{maximum}: IMDSv2 tokens, and with them the node role's credentials, then travel that many network "
-        f"hops from the instance. Fix: set {node.field(*path)} to 1, or {CONTAINER_HOP_LIMIT} for containers "
-        f"that call IMDS, as AWS recommends (source: {IMDS_SOURCE}); raise this policy's {MAX_HOPS_KEY} "
-        "config only for a reason you can name.",
+        f"{node.kind} {args.name!r} sets {node.field(*path)} to {judged}: IMDSv2 tokens, and with them the "
+        "node role's credentials, travel as many network hops from the instance as the limit allows. Fix: "
+        f"set {node.field(*path)} to 1, or {CONTAINER_HOP_LIMIT} for containers that call IMDS, as AWS "
+        f"recommends (source: {IMDS_SOURCE}); raise this policy's {MAX_HOPS_KEY} config only for a reason "
+        "you can name.",
         None,
     )
 
