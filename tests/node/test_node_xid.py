@@ -180,6 +180,19 @@ def test_xid_79_fails_the_node(root: Path) -> None:
     assert "'reboot'" in result.cause and CATALOG_URL in result.cause
 
 
+def test_captured_h100_xid_79_beside_nvswitch_sxids(root: Path) -> None:
+    # Captured on an H100 NVSwitch node: one Xid 79, then SXid lines of the NVSwitch driver,
+    # which are not GPU Xids and must not be read as such.
+    text = fixture("dmesg/captured-h100-xid79-sxid.txt")
+    assert text.count("SXid (PCI:") == 8
+    assert parse_xids(text) == (
+        XidEvent("0000:91:00", 79, "pid='<unknown>', name=<unknown>, GPU has fallen off the bus."),
+    )
+    ctx, _ = context(p5_healthy().set(DMESG, text), "p5.48xlarge", root)
+    result = check_xid(ctx)
+    assert (result.status, result.evidence) == (Status.FAIL, "Xid 79 on 0000:91:00 -> reboot (RESTART_BM)")
+
+
 def test_reset_level_xids_fail(root: Path) -> None:
     ctx, _ = context(p5_healthy().set(DMESG, fixture("dmesg/xid-reset-needed.txt")), "p5.48xlarge", root)
     result = check_xid(ctx)
