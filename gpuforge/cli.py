@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "matrix": ("gpuforge.images.matrix_cli", "check and show image matrices"),
     "image": ("gpuforge.images.image_cli", "render, build, list and verify pinned AMIs"),
     "plan": ("gpuforge.plan.cli", "plan a stack offline under the Pulumi SDK's mocks"),
+    "policy": ("gpuforge.policycheck.cli", "check any Python Pulumi program offline"),
     "preflight": ("gpuforge.preflight.cli", "check an AWS account before `pulumi up`"),
     "node": ("gpuforge.node.cli", "health-check a GPU node (runs on the node)"),
     "scheduler": ("gpuforge.scheduler.cli", "render the Slurm config of a stack"),

@@ -245,8 +245,13 @@ def verdict_lines(verdicts: Sequence[Verdict], resources: Sequence[RecordedResou
 
 
 def _result(plan: Plan) -> str:
-    failures = len(plan.mandatory_failures)
+    return result_line(plan.verdicts)
+
+
+def result_line(verdicts: Sequence[Verdict]) -> str:
+    """FAIL with the count of mandatory violations, else OK with the count of the others."""
+    failures = sum(verdict.enforcement == "mandatory" for verdict in verdicts)
     if failures:
         return f"Result: FAIL, {failures} mandatory policy violation(s)"
-    advisory = len(plan.verdicts)
+    advisory = len(verdicts)
     return "Result: OK" + (f", {advisory} advisory verdict(s)" if advisory else "")
