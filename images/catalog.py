@@ -1,20 +1,38 @@
 """The AMI catalog: which AMI was built from which matrix, per region.
 
-Stacks (`gpuforge plan`) and the policy pack may only use AMIs recorded here.
-The file is schema-versioned JSON:
+Stacks (`gpuforge plan`) and the policy pack may only use AMIs recorded here, and
+they all read it through `load_catalog`. A catalog is one of two layouts, told
+apart by the path:
 
-    {"schema": 1, "images": {"<matrix digest>": {"<region>": {<entry>}}}}
+- **a folder** (the default, `images/catalog/`): one record file per build, named
+  `<matrix>-<digest prefix>-<home region>.json`, holding the AMI of the region it was
+  built in and of every region it was copied to. Builds in separate CI jobs write
+  separate files, so git merges their branches without a conflict, and no job can
+  overwrite another's entry. Each build's SBOM lies beside its record, in `sbom/`.
+- **a single file** (`--catalog FILE.json`, the layout before folders): the same
+  JSON in one file. It keeps working for reading and writing, without SBOMs.
 
-Writes replace the file atomically (temporary file, fsync, rename) under a
-file lock, so two builds finishing at once both land and a reader never sees
-half a file. A missing file is an empty catalog; anything else that is not a
-valid catalog is an error naming the file and the field.
+Every file has the same schema-versioned JSON:
+
+    {"schema": 2, "images": {"<matrix digest>": {"<region>": {<entry>}}}}
+
+Schema 1 files (no account, copy, share or SBOM fields) are read as they are.
+
+Writes replace one file atomically (temporary file, fsync, rename) under a lock
+file, so a reader never sees half a file and a build writes all of its regions
+or none. A writer only ever adds or replaces its own record; where two records
+hold the same matrix and region (two branches merged), the newest `built_at`
+wins and the older one is kept as `shadowed`, for `image prune` to deregister.
+A missing path is an empty catalog; anything else that is not a valid catalog
+is an error naming the file and the field.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,17 +44,22 @@ from gpuforge.atomic import write_text_atomic
 from gpuforge.errors import InputError
 from gpuforge.loading import MAX_DATA_BYTES, load_json
 
-SCHEMA = 1
+SCHEMA = 2
+READABLE_SCHEMAS = (1, 2)
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CATALOG = REPO_ROOT / "images" / "catalog.json"
-LOCAL_CATALOG = REPO_ROOT / "images" / "catalog.local.json"
+DEFAULT_CATALOG = REPO_ROOT / "images" / "catalog"
+LOCAL_CATALOG = REPO_ROOT / "images" / "catalog.local"
+SBOM_FOLDER = "sbom"
+LOCK_NAME = ".lock"
 LOCK_TIMEOUT_S = 60.0
+# A folder read while a build writes into it is read again; this many times at most.
+READ_ATTEMPTS = 5
 FIX = "Fix: restore the file from version control, or delete it and rebuild with `gpuforge image build`."
 
 
 @dataclass(frozen=True)
 class CatalogEntry:
-    """One AMI built from one matrix in one region."""
+    """One AMI built from one matrix in one region (built there, or copied from the home region)."""
 
     ami_id: str
     region: str
@@ -45,6 +68,24 @@ class CatalogEntry:
     matrix_digest: str
     built_at: str
     packer_version: str
+    account_id: str | None = None
+    """The AWS account that owns the AMI; None in schema 1 files."""
+    copied_from: str | None = None
+    """For a copy, the AMI id it was copied from (in the record's home region)."""
+    shared_with: tuple[str, ...] = ()
+    """Accounts the AMI and its snapshots are shared with."""
+    sbom: str | None = None
+    """The SBOM's path, relative to the catalog folder."""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.matrix_digest, self.region
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as stored: optional fields only when set, so schema 1 readers' fields stay as they were."""
+        data = asdict(self)
+        data["shared_with"] = list(self.shared_with)
+        return {key: value for key, value in data.items() if value not in (None, [])}
 
 
 class _Entry(BaseModel):
@@ -57,6 +98,10 @@ class _Entry(BaseModel):
     matrix_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
     built_at: str
     packer_version: str = Field(min_length=1)
+    account_id: str | None = Field(default=None, pattern=r"^[0-9]{12}$")
+    copied_from: str | None = Field(default=None, pattern=r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$")
+    shared_with: tuple[str, ...] = ()
+    sbom: str | None = Field(default=None, pattern=r"^sbom/[A-Za-z0-9._-]+\.json$")
 
     @field_validator("built_at")
     @classmethod
@@ -70,6 +115,14 @@ class _Entry(BaseModel):
             raise ValueError("must be in UTC (offset +00:00 or Z)")
         return value
 
+    @field_validator("shared_with")
+    @classmethod
+    def _accounts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for account in value:
+            if not (len(account) == 12 and account.isdigit()):
+                raise ValueError(f"{account!r} is not a 12-digit AWS account id")
+        return value
+
 
 class _File(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -80,17 +133,34 @@ class _File(BaseModel):
 
 @dataclass(frozen=True)
 class Catalog:
+    """The entries of a catalog: one per (digest, region), the newest where records disagree."""
+
     path: Path
     entries: tuple[CatalogEntry, ...]
+    shadowed: tuple[CatalogEntry, ...] = ()
+    """Entries that a newer record for the same digest and region replaced (after a merge)."""
+    files: dict[tuple[str, str, str], Path] = field(default_factory=dict, compare=False)
+    """(digest, region, AMI id) -> the file that records it, for messages and for removal."""
 
     def lookup(self, digest: str, region: str) -> CatalogEntry | None:
-        return next((e for e in self.entries if e.matrix_digest == digest and e.region == region), None)
+        return next((e for e in self.entries if e.key == (digest, region)), None)
+
+    def file_of(self, entry: CatalogEntry) -> Path:
+        return self.files.get((entry.matrix_digest, entry.region, entry.ami_id), self.path)
 
     def to_json(self) -> dict[str, Any]:
-        images: dict[str, dict[str, dict[str, str]]] = {}
-        for entry in self.entries:
-            images.setdefault(entry.matrix_digest, {})[entry.region] = asdict(entry)
-        return {"schema": SCHEMA, "images": images}
+        return _document(self.entries)
+
+
+def _document(entries: Sequence[CatalogEntry]) -> dict[str, Any]:
+    images: dict[str, dict[str, dict[str, Any]]] = {}
+    for entry in entries:
+        images.setdefault(entry.matrix_digest, {})[entry.region] = entry.to_json()
+    return {"schema": SCHEMA, "images": images}
+
+
+def _text(entries: Sequence[CatalogEntry]) -> str:
+    return json.dumps(_document(entries), indent=2, sort_keys=True) + "\n"
 
 
 def now_utc() -> str:
@@ -106,16 +176,26 @@ def utc_timestamp(text: str) -> str:
     return moment.astimezone(UTC).replace(microsecond=0).isoformat()
 
 
-def _invalid(path: Path, field: str, problem: str) -> InputError:
-    return InputError(f"{path}: not a valid gpuforge AMI catalog: {field}: {problem}. {FIX}")
+def is_folder(path: Path) -> bool:
+    """A catalog folder: an existing folder, or a path yet to be made that does not end in .json."""
+    return path.is_dir() or (not path.exists() and path.suffix != ".json")
 
 
-def load_catalog(path: Path) -> Catalog:
-    """Read a catalog; a missing file is an empty catalog, a malformed one an InputError."""
+def record_name(entry: CatalogEntry) -> str:
+    """The record file of a build in a catalog folder: matrix, digest prefix, home region."""
+    return f"{entry.matrix_name}-{entry.matrix_digest[:12]}-{entry.region}.json"
+
+
+def _invalid(path: Path, where: str, problem: str) -> InputError:
+    return InputError(f"{path}: not a valid gpuforge AMI catalog: {where}: {problem}. {FIX}")
+
+
+def _load_file(path: Path) -> list[CatalogEntry]:
+    """One catalog file's entries; a missing file has none, a malformed one is an InputError."""
     try:
         path.stat()
     except FileNotFoundError:
-        return Catalog(path, ())
+        return []
     except (OSError, ValueError):
         pass  # a NUL byte, an over-long name, no permission: load_json reports it with the path and the fix
     raw = load_json(
@@ -124,9 +204,12 @@ def load_catalog(path: Path) -> Catalog:
     if not isinstance(raw, dict):
         raise _invalid(path, "(file)", f"expected a JSON object, found {type(raw).__name__}")
     # `type(...) is int`: JSON's true equals 1 in Python, and a boolean is not a schema number.
-    if type(raw.get("schema")) is not int or raw.get("schema") != SCHEMA:
+    if type(raw.get("schema")) is not int or raw.get("schema") not in READABLE_SCHEMAS:
         raise _invalid(
-            path, "schema", f"this gpuforge reads schema {SCHEMA}, the file says {raw.get('schema')!r}"
+            path,
+            "schema",
+            f"this gpuforge reads schemas {', '.join(map(str, READABLE_SCHEMAS))}, "
+            f"the file says {raw.get('schema')!r}",
         )
     try:
         parsed = _File.model_validate(raw)
@@ -145,26 +228,172 @@ def load_catalog(path: Path) -> Catalog:
                     "but is filed under another key",
                 )
             entries.append(CatalogEntry(**entry.model_dump()))
-    return Catalog(path, tuple(entries))
+    return entries
+
+
+def _legacy_beside(folder: Path) -> None:
+    """A single-file catalog next to the folder that replaced it must be moved in, not ignored."""
+    legacy = folder.with_name(folder.name + ".json")
+    if legacy.is_file() and _load_file(legacy):
+        raise InputError(
+            f"{legacy}: a single-file AMI catalog lies beside the catalog folder {folder}, which gpuforge now "
+            f"reads instead, so its entries would be lost. Fix: move it into the folder (`git mv {legacy} "
+            f"{folder}/{legacy.name}`; the folder reads every *.json in it), or pass --catalog {legacy} to "
+            "keep using the single file."
+        )
+
+
+def _snapshot(folder: Path) -> tuple[tuple[str, int], ...]:
+    """The record files and their inodes: every write is a rename, so any write changes this."""
+    try:
+        names = sorted(p for p in folder.glob("*.json") if not p.name.startswith("."))
+        return tuple((p.name, p.stat().st_ino) for p in names)
+    except FileNotFoundError:
+        return ()  # a record pruned away between the listing and the stat: the caller reads again
+    except OSError as error:
+        raise InputError(
+            f"{folder}: cannot list the AMI catalog folder ({error.strerror}). Fix: make it readable."
+        ) from None
+
+
+def _load_folder(folder: Path) -> Catalog:
+    _legacy_beside(folder)
+    for _ in range(READ_ATTEMPTS):
+        before = _snapshot(folder)
+        per_file = [(folder / name, _load_file(folder / name)) for name, _ in before]
+        if _snapshot(folder) == before:
+            return _merge(folder, per_file)
+    raise InputError(
+        f"{folder}: the catalog folder changed on each of {READ_ATTEMPTS} reads (builds writing into it "
+        "without pause). Fix: run the command again when they finish."
+    )
+
+
+def _merge(path: Path, per_file: Sequence[tuple[Path, Sequence[CatalogEntry]]]) -> Catalog:
+    """One entry per (digest, region): the newest built_at, then the later file name; the rest shadowed."""
+    ranked = sorted(
+        ((entry, source) for source, entries in per_file for entry in entries),
+        key=lambda item: (datetime.fromisoformat(item[0].built_at), item[1].name),
+        reverse=True,
+    )
+    chosen: dict[tuple[str, str], CatalogEntry] = {}
+    shadowed: list[CatalogEntry] = []
+    files: dict[tuple[str, str, str], Path] = {}
+    for entry, source in ranked:
+        files.setdefault((*entry.key, entry.ami_id), source)
+        if entry.key in chosen:
+            if chosen[entry.key].ami_id != entry.ami_id:
+                shadowed.append(entry)
+        else:
+            chosen[entry.key] = entry
+    ordered = tuple(chosen[key] for key in sorted(chosen))
+    return Catalog(path, ordered, tuple(sorted(shadowed, key=lambda e: (e.key, e.built_at))), files)
+
+
+def load_catalog(path: Path) -> Catalog:
+    """Read a catalog folder or single file; a missing path is empty, a malformed one an InputError."""
+    if is_folder(path):
+        return _load_folder(path)
+    return _merge(path, [(path, _load_file(path))])
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    lock_path = path / LOCK_NAME if is_folder(path) else Path(str(path) + ".lock")
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(
+            f"{lock_path.parent}: cannot create the catalog folder ({error.strerror}). Fix: pass a --catalog "
+            "in a folder you may write to."
+        ) from None
+    try:
+        with FileLock(str(lock_path), timeout=LOCK_TIMEOUT_S):
+            yield
+    except Timeout:
+        raise InputError(
+            f"{path}: another build has held the catalog lock {lock_path} for {LOCK_TIMEOUT_S:g} s. "
+            "Fix: wait for it to finish, or remove the lock file if no gpuforge is running."
+        ) from None
+
+
+def _check_accounts(path: Path, current: Catalog, entries: Sequence[CatalogEntry]) -> None:
+    """A catalog serves one account: an entry recorded for another account is not replaced silently."""
+    for entry in entries:
+        old = current.lookup(*entry.key)
+        if old and old.account_id and entry.account_id and old.account_id != entry.account_id:
+            raise InputError(
+                f"{current.file_of(old)}: images.{entry.matrix_digest}.{entry.region} records {old.ami_id} "
+                f"of account {old.account_id}, and this build ran in account {entry.account_id} "
+                f"({entry.ami_id}); stacks of either account would get an AMI the other owns. Fix: build "
+                f"with account {old.account_id}'s credentials, or give each account its own catalog "
+                f"(--catalog), or share the AMI with --share-with. Nothing was recorded in {path}."
+            )
+
+
+def stores_sbom(path: Path) -> bool:
+    """Only a catalog folder has a place for SBOMs (beside each record, in sbom/)."""
+    return is_folder(path)
+
+
+def record_build(path: Path, entries: Sequence[CatalogEntry], sbom: str | None = None) -> Catalog:
+    """Record one build (its home region first, then its copies) in one atomic write, under the lock.
+
+    In a folder, the build's record file is written; in a single file, the whole file.
+    Entries for the same digest and region replace the older ones in that file. `sbom`
+    (JSON text) is written first, to sbom/ beside the record, and every entry names it;
+    the record is the commit point, so a build stopped between the two leaves at most
+    an SBOM that no entry names, which the next build of the same record replaces.
+    """
+    if not entries:
+        raise ValueError("record_build needs at least the home region's entry")
+    for entry in entries:
+        _Entry.model_validate(entry.to_json())
+    if len({entry.matrix_digest for entry in entries}) != 1:
+        raise ValueError("one build records one matrix digest")
+    with _locked(path):
+        current = load_catalog(path)
+        _check_accounts(path, current, entries)
+        target = path / record_name(entries[0]) if is_folder(path) else path
+        if sbom is not None and stores_sbom(path):
+            relative = f"{SBOM_FOLDER}/{record_name(entries[0])}"
+            write_text_atomic(path / relative, sbom)
+            entries = [replace(entry, sbom=relative) for entry in entries]
+        new_keys = {entry.key for entry in entries}
+        kept = [e for e in _load_file(target) if e.key not in new_keys]
+        write_text_atomic(target, _text([*kept, *entries]))
+    return load_catalog(path)
 
 
 def record_entry(path: Path, entry: CatalogEntry) -> Catalog:
-    """Add or replace the entry for (digest, region), atomically and under the catalog's lock."""
-    _Entry.model_validate(asdict(entry))
-    lock = FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S)
-    try:
-        with lock:
-            current = load_catalog(path)
-            kept = [
-                e
-                for e in current.entries
-                if (e.matrix_digest, e.region) != (entry.matrix_digest, entry.region)
-            ]
-            updated = Catalog(path, (*kept, entry))
-            write_text_atomic(path, json.dumps(updated.to_json(), indent=2, sort_keys=True) + "\n")
-    except Timeout:
-        raise InputError(
-            f"{path}: another build has held the catalog lock {path}.lock for {LOCK_TIMEOUT_S:g} s. "
-            "Fix: wait for it to finish, or remove the lock file if no gpuforge is running."
-        ) from None
+    """Add or replace the entry for (digest, region): a build with no copies."""
+    return record_build(path, [entry])
+
+
+def remove_entry(path: Path, entry: CatalogEntry) -> Catalog:
+    """Take one entry (by digest, region and AMI id) out of the file that records it, atomically.
+
+    A record file left empty is deleted, with its SBOM when no entry left names it.
+    """
+    with _locked(path):
+        current = load_catalog(path)
+        source = current.file_of(entry)
+        left = [e for e in _load_file(source) if (*e.key, e.ami_id) != (*entry.key, entry.ami_id)]
+        if left or not is_folder(path):
+            write_text_atomic(source, _text(left))
+        else:
+            _unlink(source)
+        if entry.sbom and is_folder(path):
+            after = load_catalog(path)
+            if not any(e.sbom == entry.sbom for e in (*after.entries, *after.shadowed)):
+                _unlink(path / entry.sbom)
     return load_catalog(path)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as error:
+        raise InputError(
+            f"{path}: cannot delete it ({error.strerror}). Fix: make its folder writable."
+        ) from None

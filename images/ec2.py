@@ -8,8 +8,9 @@ Every AWS failure becomes a GpuforgeError that says which call failed and why.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -22,6 +23,10 @@ from gpuforge.images.tags import MATRIX_DIGEST_TAG, TagMismatch, compare_tags
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_sts import STSClient
+
+# How often a copy's state is asked for while waiting (DescribeImages is cheap, copies take minutes).
+POLL_INTERVAL_S = 15.0
 
 # Variables that would make packer or boto3 use a real account instead of the emulator.
 _REAL_CREDENTIALS = (
@@ -35,6 +40,9 @@ _REAL_CREDENTIALS = (
     "AWS_ENDPOINT_URL",
     "AWS_ENDPOINT_URL_EC2",
 )
+
+
+_CONFIG = Config(connect_timeout=10, read_timeout=60, retries={"max_attempts": 5, "mode": "standard"})
 
 
 class AwsError(GpuforgeError):
@@ -63,8 +71,26 @@ class Aws:
     endpoint_url: str | None = None
     credentials: tuple[str, str] | None = None
 
+    def in_region(self, region: str) -> Aws:
+        """The same account and endpoint, another region (for copies)."""
+        return replace(self, region=region)
+
     def client(self) -> EC2Client:
-        config = Config(connect_timeout=10, read_timeout=60, retries={"max_attempts": 5, "mode": "standard"})
+        session = self._session()
+        try:
+            return session.client("ec2", endpoint_url=self.endpoint_url, config=_CONFIG)
+        except BotoCoreError as error:
+            raise _aws_failure("client setup", self, error) from None
+
+    def account(self) -> str:
+        """The account the credentials belong to (STS GetCallerIdentity)."""
+        try:
+            sts: STSClient = self._session().client("sts", endpoint_url=self.endpoint_url, config=_CONFIG)
+            return sts.get_caller_identity()["Account"]
+        except (ClientError, BotoCoreError) as error:
+            raise _aws_failure("STS GetCallerIdentity", self, error) from None
+
+    def _session(self) -> boto3.session.Session:
         try:
             if self.credentials:
                 # The emulator's dummy credentials; AWS_PROFILE must not pull a real profile in.
@@ -75,9 +101,8 @@ class Aws:
                     aws_secret_access_key=self.credentials[1],
                     region_name=self.region,
                 )
-            else:
-                session = boto3.session.Session(region_name=self.region)
-            return session.client("ec2", endpoint_url=self.endpoint_url, config=config)
+                return session
+            return boto3.session.Session(region_name=self.region)
         except BotoCoreError as error:
             raise _aws_failure("client setup", self, error) from None
 
@@ -105,10 +130,18 @@ class Image:
     boot_mode: str | None
     root_device_name: str | None
     creation_date: str
+    owner_id: str = ""
+    snapshot_ids: tuple[str, ...] = ()
 
     @classmethod
     def from_api(cls, raw: Mapping[str, Any]) -> Image:
         return cls(
+            owner_id=str(raw.get("OwnerId", "")),
+            snapshot_ids=tuple(
+                device["Ebs"]["SnapshotId"]
+                for device in raw.get("BlockDeviceMappings", [])
+                if device.get("Ebs", {}).get("SnapshotId")
+            ),
             ami_id=raw["ImageId"],
             name=raw.get("Name", ""),
             state=raw.get("State", "unknown"),
@@ -190,3 +223,102 @@ def verify_image(client: EC2Client, aws: Aws, ami_id: str, expected_tags: Mappin
             + "\nFix: rebuild with `gpuforge image build --force`, or check the matrix you compared with."
         )
     return image
+
+
+def wait_available(
+    client: EC2Client,
+    aws: Aws,
+    ami_id: str,
+    *,
+    timeout_s: float,
+    report: Callable[[str], None],
+    interval_s: float = POLL_INTERVAL_S,
+) -> Image:
+    """Wait (bounded) until an AMI is `available`, reporting its state each poll; AwsError otherwise."""
+    started = time.monotonic()
+    while True:
+        image = describe_image(client, aws, ami_id)
+        state = image.state if image else "not visible yet"
+        elapsed = time.monotonic() - started
+        report(
+            f"waiting for {ami_id} in {aws.region}: {state} ({int(elapsed) // 60:02d}:{int(elapsed) % 60:02d})"
+        )
+        if image is not None and image.state == "available":
+            return image
+        if image is not None and image.state in ("failed", "error", "deregistered", "invalid"):
+            raise AwsError(
+                f"AMI {ami_id} in {aws.region} is {image.state!r}, it will not become available. "
+                "Fix: look at the copy in the EC2 console (a KMS key or snapshot quota is the usual cause) "
+                "and run the build again."
+            )
+        if elapsed + interval_s > timeout_s:
+            raise AwsError(
+                f"AMI {ami_id} in {aws.region} was still {state!r} after {timeout_s:g} s. Fix: raise "
+                "--copy-timeout, or wait and run the build again (it reuses the copy once available)."
+            )
+        time.sleep(interval_s)
+
+
+def copy_image(client: EC2Client, aws: Aws, source: Image, source_region: str) -> str:
+    """Start copying `source` into `aws.region` under the same name; the new AMI id.
+
+    The client token makes a retried call return the same copy instead of a second one
+    (CopyImage, ClientToken: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CopyImage.html).
+    """
+    token = f"gpuforge-{source.ami_id}-{aws.region}"[:64]
+    try:
+        copied = client.copy_image(
+            SourceImageId=source.ami_id, SourceRegion=source_region, Name=source.name, ClientToken=token
+        )
+    except (ClientError, BotoCoreError) as error:
+        raise _aws_failure(f"CopyImage of {source.ami_id} from {source_region}", aws, error) from None
+    return copied["ImageId"]
+
+
+def tag_image(client: EC2Client, aws: Aws, image: Image, tags: Mapping[str, str]) -> None:
+    """Tag an AMI and its snapshots (a copy carries none of the source's tags until told)."""
+    try:
+        client.create_tags(
+            Resources=[image.ami_id, *image.snapshot_ids],
+            Tags=[{"Key": key, "Value": value} for key, value in sorted(tags.items())],
+        )
+    except (ClientError, BotoCoreError) as error:
+        raise _aws_failure(f"CreateTags on {image.ami_id}", aws, error) from None
+
+
+def share_image(client: EC2Client, aws: Aws, image: Image, accounts: Sequence[str]) -> None:
+    """Let `accounts` launch the AMI and create volumes from its snapshots (both are needed to launch it)."""
+    if not accounts:
+        return
+    try:
+        client.modify_image_attribute(
+            ImageId=image.ami_id, LaunchPermission={"Add": [{"UserId": account} for account in accounts]}
+        )
+        for snapshot in image.snapshot_ids:
+            client.modify_snapshot_attribute(
+                SnapshotId=snapshot,
+                Attribute="createVolumePermission",
+                OperationType="add",
+                UserIds=list(accounts),
+            )
+    except (ClientError, BotoCoreError) as error:
+        raise _aws_failure(f"sharing {image.ami_id} with {', '.join(accounts)}", aws, error) from None
+
+
+def launch_permissions(client: EC2Client, aws: Aws, ami_id: str) -> list[str]:
+    """The accounts an AMI is shared with."""
+    try:
+        raw = client.describe_image_attribute(ImageId=ami_id, Attribute="launchPermission")
+    except (ClientError, BotoCoreError) as error:
+        raise _aws_failure(f"DescribeImageAttribute of {ami_id}", aws, error) from None
+    return sorted(p["UserId"] for p in raw.get("LaunchPermissions", []) if "UserId" in p)
+
+
+def deregister(client: EC2Client, aws: Aws, image: Image) -> None:
+    """Deregister an AMI, then delete its snapshots (deregistering leaves them, and they cost money)."""
+    try:
+        client.deregister_image(ImageId=image.ami_id)
+        for snapshot in image.snapshot_ids:
+            client.delete_snapshot(SnapshotId=snapshot)
+    except (ClientError, BotoCoreError) as error:
+        raise _aws_failure(f"deregistering {image.ami_id} and its snapshots", aws, error) from None

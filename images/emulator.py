@@ -4,7 +4,10 @@ moto reads the AMIs it knows from MOTO_AMIS_PATH when its EC2 backend first
 loads, so the server runs as a subprocess started with that variable: the
 matrix's pinned base AMIs then exist in the emulator with their ids, boot mode
 and root device. It listens on 127.0.0.1 only, on a free port, takes dummy
-credentials, and is shut down when the build ends, whatever the outcome.
+credentials, and is shut down when the build ends, whatever the outcome: by
+`close()` on every way out of the `with` block (SIGTERM included, through
+signals.sigterm_as_interrupt), and by a parent-death signal when gpuforge is
+killed outright (emulator_server.py).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ HOST = "127.0.0.1"
 DUMMY_CREDENTIALS = ("testing", "testing")
 STARTUP_TIMEOUT_S = 60.0
 PORT_ATTEMPTS = 3
+# moto's server behind a wrapper that stops it when gpuforge dies, even by SIGKILL.
+SERVER_MODULE = "gpuforge.images.emulator_server"
 
 
 class EmulatorError(GpuforgeError):
@@ -119,12 +124,15 @@ class LocalAws:
         )
         with self._log().open("ab") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)],
+                [sys.executable, "-m", SERVER_MODULE, str(os.getpid()), "-H", HOST, "-p", str(port)],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                # `-m` puts the working folder first on sys.path; a checkout's gpuforge/ there would
+                # shadow the installed package (whose images live in images/, not gpuforge/images).
+                cwd=self._workdir.name if self._workdir else None,
             )
         endpoint = f"http://{HOST}:{port}"
         deadline = time.monotonic() + self.startup_timeout_s

@@ -1,4 +1,4 @@
-"""`gpuforge image render|build|list|verify`."""
+"""`gpuforge image render|build|list|verify|prune`."""
 
 from __future__ import annotations
 
@@ -11,14 +11,16 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from gpuforge.errors import InputError
+from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.images import ec2, packer
-from gpuforge.images.build import DEFAULT_TIMEOUT_S, BuildRequest, build_image
-from gpuforge.images.catalog import DEFAULT_CATALOG, LOCAL_CATALOG, load_catalog
+from gpuforge.images.build import DEFAULT_COPY_TIMEOUT_S, DEFAULT_TIMEOUT_S, BuildRequest, build_image
+from gpuforge.images.catalog import DEFAULT_CATALOG, LOCAL_CATALOG, REPO_ROOT, load_catalog
 from gpuforge.images.emulator import DUMMY_CREDENTIALS, LocalAws, SeedImage
 from gpuforge.images.matrix import Matrix, load_valid
 from gpuforge.images.progress import Progress
+from gpuforge.images.prune import DEFAULT_KEEP, DEFAULT_STACKS, prune
 from gpuforge.images.render import BUILD_FILE, RenderOptions, base_ami, distro_defaults, render
+from gpuforge.images.signals import SIGTERM_EXIT, Terminated, sigterm_as_interrupt
 from gpuforge.images.tags import ami_tags
 
 
@@ -41,14 +43,31 @@ def _printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: keep at least 1 build (the newest)")
+    return value
+
+
+def _words(text: str) -> list[str]:
+    """A comma-separated flag value (`us-west-2,eu-west-1`), checked by the build."""
+    return [word.strip() for word in text.split(",") if word.strip()]
+
+
 def register(subparsers: Any) -> None:
-    image = subparsers.add_parser("image", help="render, build, list and verify pinned AMIs")
+    image = subparsers.add_parser("image", help="render, build, list, verify and prune pinned AMIs")
     commands = image.add_subparsers(dest="image_command", required=True, metavar="SUBCOMMAND")
 
     render_cmd = commands.add_parser("render", help="write the Packer build of a matrix")
-    render_cmd.add_argument("matrix", type=Path, metavar="MATRIX")
+    render_cmd.add_argument("matrix", type=Path, metavar="MATRIX", help="the matrix YAML file")
     render_cmd.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new or empty folder")
-    render_cmd.add_argument("--region", help="region of the base AMI (default: the matrix's only region)")
+    render_cmd.add_argument(
+        "--region", metavar="REGION", help="region of the base AMI (default: the matrix's only region)"
+    )
     render_cmd.add_argument(
         "--packer-version",
         metavar="VERSION",
@@ -56,27 +75,133 @@ def register(subparsers: Any) -> None:
     )
     render_cmd.set_defaults(handler=_render)
 
-    build = commands.add_parser("build", help="build (or reuse) the AMI of a matrix and record it")
-    build.add_argument("matrix", type=Path, metavar="MATRIX")
-    build.add_argument("--region", required=True)
-    build.add_argument("--catalog", type=Path, metavar="PATH", help="catalog to record the AMI in")
-    build.add_argument("--force", action="store_true", help="rebuild even if an AMI of this matrix exists")
-    build.add_argument("--local", action="store_true", help="build against a local AWS emulator (moto)")
+    build = commands.add_parser(
+        "build",
+        help="build (or reuse) the AMI of a matrix, copy and share it, and record every region",
+        description="Exit codes: 0 built or reused and recorded; 1 the build, a copy or the verification "
+        "failed (nothing recorded); 2 unusable input; 130 Ctrl-C; 143 SIGTERM (nothing recorded, "
+        "nothing left running).",
+    )
+    build.add_argument("matrix", type=Path, metavar="MATRIX", help="the matrix YAML file")
     build.add_argument(
-        "--timeout", type=_positive, default=DEFAULT_TIMEOUT_S, metavar="SECONDS", help="limit for packer"
+        "--region",
+        required=True,
+        metavar="REGION",
+        help="the region to build in (its base AMI is the matrix's)",
+    )
+    build.add_argument(
+        "--catalog",
+        type=Path,
+        metavar="PATH",
+        help=f"catalog folder or single .json file to record in (default: {_shown(DEFAULT_CATALOG)}, "
+        f"with --local {_shown(LOCAL_CATALOG)})",
+    )
+    build.add_argument(
+        "--force", action="store_true", help="rebuild (and re-copy) even if an AMI of this matrix exists"
+    )
+    build.add_argument(
+        "--local", action="store_true", help="build against a local AWS emulator (moto) on 127.0.0.1"
+    )
+    build.add_argument(
+        "--timeout",
+        type=_positive,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="limit for packer (default: %(default)g)",
+    )
+    build.add_argument(
+        "--copy-to",
+        type=_words,
+        action="extend",
+        default=[],
+        metavar="REGION[,REGION...]",
+        help="copy the AMI to these regions, tagged as the source, and record each (default: none)",
+    )
+    build.add_argument(
+        "--share-with",
+        type=_words,
+        action="extend",
+        default=[],
+        metavar="ACCOUNT[,ACCOUNT...]",
+        help="let these 12-digit accounts launch the AMI in every region, snapshots included (default: none)",
+    )
+    build.add_argument(
+        "--copy-timeout",
+        type=_positive,
+        default=DEFAULT_COPY_TIMEOUT_S,
+        metavar="SECONDS",
+        help="how long to wait for each copy to become available (default: %(default)g)",
     )
     build.set_defaults(handler=_build)
 
     listing = commands.add_parser("list", help="show the AMI catalog")
-    listing.add_argument("--catalog", type=Path, default=DEFAULT_CATALOG, metavar="PATH")
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument(
+        "--catalog",
+        type=Path,
+        default=DEFAULT_CATALOG,
+        metavar="PATH",
+        help=f"catalog folder or single .json file (default: {_shown(DEFAULT_CATALOG)})",
+    )
+    listing.add_argument("--json", action="store_true", help="print the catalog as one JSON document")
     listing.set_defaults(handler=_list)
 
     verify = commands.add_parser("verify", help="compare an AMI's tags with a matrix")
-    verify.add_argument("ami", metavar="AMI")
-    verify.add_argument("--matrix", type=Path, required=True)
-    verify.add_argument("--region", required=True)
+    verify.add_argument("ami", metavar="AMI", help="the AMI id, e.g. ami-0123456789abcdef0")
+    verify.add_argument(
+        "--matrix", type=Path, required=True, metavar="MATRIX", help="the matrix the AMI should be built from"
+    )
+    verify.add_argument("--region", required=True, metavar="REGION", help="the region the AMI is in")
     verify.set_defaults(handler=_verify)
+
+    prune_cmd = commands.add_parser(
+        "prune",
+        help="deregister AMIs (and snapshots) the catalog has superseded; a dry run unless --apply",
+        description="Exit codes: 0 pruned, or nothing to prune, or a dry run; 1 a superseded AMI is still "
+        "pinned by a stack, or belongs to another account (nothing pruned), or an AWS call failed; "
+        "2 unusable input.",
+    )
+    prune_cmd.add_argument(
+        "--catalog",
+        type=Path,
+        default=DEFAULT_CATALOG,
+        metavar="PATH",
+        help=f"catalog folder or single .json file (default: {_shown(DEFAULT_CATALOG)})",
+    )
+    prune_cmd.add_argument(
+        "--keep",
+        type=_positive_int,
+        default=DEFAULT_KEEP,
+        metavar="N",
+        help="keep the newest N builds of each matrix in each region (default: %(default)s)",
+    )
+    mode = prune_cmd.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--dry-run", action="store_true", help="show what would be pruned and change nothing (the default)"
+    )
+    mode.add_argument(
+        "--apply", action="store_true", help="deregister, delete the snapshots, update the catalog"
+    )
+    prune_cmd.add_argument(
+        "--stacks",
+        type=Path,
+        default=DEFAULT_STACKS,
+        metavar="DIR",
+        help=f"the stacks whose AMIs are never pruned (default: {_shown(DEFAULT_STACKS)})",
+    )
+    prune_cmd.add_argument(
+        "--region",
+        metavar="REGION",
+        help="region for the account lookup; each AMI is handled in its own region (default: us-east-1)",
+    )
+    prune_cmd.set_defaults(handler=_prune)
+
+
+def _shown(path: Path) -> str:
+    """A default path for help text: relative to the checkout where it lies in it."""
+    try:
+        return str(path.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
 
 
 def _render_region(matrix: Matrix, region: str | None) -> str:
@@ -117,9 +242,30 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
+    """`image build`; SIGTERM (a cancelled CI job) stops it the way Ctrl-C does, with exit 143."""
+    try:
+        with sigterm_as_interrupt():
+            return _build_inside(args)
+    except Terminated:
+        raise GpuforgeError(
+            "terminated (SIGTERM): the build was stopped and cleaned up; nothing was recorded.",
+            exit_code=SIGTERM_EXIT,
+        ) from None
+
+
+def _build_inside(args: argparse.Namespace) -> int:
     tool = packer.find_packer()
     catalog = args.catalog or (LOCAL_CATALOG if args.local else DEFAULT_CATALOG)
-    request = BuildRequest(args.matrix, args.region, catalog, force=args.force, timeout_s=args.timeout)
+    request = BuildRequest(
+        args.matrix,
+        args.region,
+        catalog,
+        force=args.force,
+        timeout_s=args.timeout,
+        copy_to=tuple(args.copy_to),
+        share_with=tuple(args.share_with),
+        copy_timeout_s=args.copy_timeout,
+    )
     progress = Progress(sys.stderr)
     if not args.local:
         build_image(request, ec2.Aws(args.region), tool, progress=progress)
@@ -137,9 +283,20 @@ def _build(args: argparse.Namespace) -> int:
         for region, ami_id in sorted(matrix.os.base_ami.items())
     ]
     with LocalAws(seeds) as emulator:
-        print(f"local AWS emulator (moto) at {emulator.endpoint}; catalog {catalog}")
+        print(f"local AWS emulator (moto) at {emulator.endpoint}; catalog {catalog}", flush=True)
         aws = ec2.Aws(args.region, endpoint_url=emulator.endpoint, credentials=DUMMY_CREDENTIALS)
         build_image(request, aws, tool, progress=progress)
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    prune(
+        args.catalog,
+        ec2.Aws(args.region or "us-east-1"),
+        keep=args.keep,
+        apply=args.apply,
+        stacks_dir=args.stacks,
+    )
     return 0
 
 

@@ -4,7 +4,8 @@ Packer runs in its own process group. A terminal's Ctrl-C therefore reaches
 only gpuforge, which forwards SIGINT to that group and waits (bounded) while
 packer terminates its builder instance and deletes its temporary key pair and
 security group; only if packer outlives the grace period is the group killed.
-A timeout and SIGTERM take the same path. Whatever happens, nothing of the
+A timeout and SIGTERM (a cancelled CI job) take the same path; SIGTERM ends
+with exit 143, Ctrl-C with 130. Whatever happens, nothing of the
 group is left running when `run` returns.
 """
 
@@ -22,7 +23,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import IO
 
 from packaging.version import InvalidVersion, Version
@@ -30,6 +30,7 @@ from packaging.version import InvalidVersion, Version
 from gpuforge.errors import GpuforgeError
 from gpuforge.images.machine_readable import Event, error_line, parse_line
 from gpuforge.images.progress import Progress
+from gpuforge.images.signals import SIGINT_EXIT, SIGTERM_EXIT, Terminated, sigterm_as_interrupt
 
 # `packer init` and `required_plugins` arrived in 1.7.0 (Packer 1.7.0 changelog,
 # https://github.com/hashicorp/packer/blob/main/CHANGELOG.md). Debian ships 1.6.6.
@@ -53,7 +54,7 @@ class PackerFailed(GpuforgeError):
 
 
 class PackerStopped(GpuforgeError):
-    """Packer was stopped by a timeout (exit 1) or an interrupt (exit 130) and cleaned up."""
+    """Packer was stopped by a timeout (exit 1), Ctrl-C (exit 130) or SIGTERM (exit 143) and cleaned up."""
 
     exit_code = 1
 
@@ -135,18 +136,10 @@ class _Deadline(Exception):
     pass
 
 
-class _Terminated(Exception):
-    pass
-
-
 def _pump(stream: IO[str], sink: queue.Queue[str | None]) -> None:
     for line in stream:
         sink.put(line)
     sink.put(None)
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise _Terminated()
 
 
 class _Session:
@@ -165,6 +158,7 @@ class _Session:
         self.observer = observer
         self.output: queue.Queue[str | None] = queue.Queue()
         self.eof = False
+        self.artifacts_shown: set[str] = set()
         assert process.stdout is not None
         self.reader = threading.Thread(target=_pump, args=(process.stdout, self.output), daemon=True)
         self.reader.start()
@@ -177,13 +171,26 @@ class _Session:
                 self.progress.step(line)
             return
         self.record.events.append(event)
-        if self.progress and event.type == "ui" and len(event.data) >= 2:
+        shown = event.type == "ui" and len(event.data) >= 2 and not self._repeated_artifact(event.data[1])
+        if self.progress and shown:
             if event.data[0] == "error":
                 self.progress.error(event.data[1])
             else:
                 self.progress.step(event.data[1])
         if self.observer:
             self.observer(event)
+
+    def _repeated_artifact(self, text: str) -> bool:
+        """True for an artifact summary ("--> source: AMIs were created: ...") already shown.
+
+        The manifest post-processor hands the builder's artifact on, so packer lists it twice.
+        """
+        if not text.startswith("--> "):
+            return False
+        if text in self.artifacts_shown:
+            return True
+        self.artifacts_shown.add(text)
+        return False
 
     def pump(self, wait_s: float) -> None:
         """Handle the next output line, waiting up to `wait_s` for one."""
@@ -225,7 +232,7 @@ class _Session:
         try:
             while self.process.poll() is None and time.monotonic() < deadline:
                 self.pump(0.25)
-        except (KeyboardInterrupt, _Terminated):
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (Terminated) again
             pass  # asked twice: stop waiting for the cleanup
         if self.process.poll() is None:
             self._kill_group()
@@ -254,6 +261,32 @@ class _Session:
         self.record.returncode = self.process.returncode
 
 
+def _follow_or_stop(
+    session: _Session, what: str, timeout_s: float, grace_s: float, progress: Progress | None
+) -> None:
+    """Follow packer to its end; on a timeout, Ctrl-C or SIGTERM, stop it cleanly and raise PackerStopped."""
+    try:
+        session.follow(time.monotonic() + timeout_s)
+    except _Deadline:
+        if progress:
+            progress.error(f"gpuforge: packer {what} ran past {timeout_s:g} s; interrupting it")
+        session.stop(grace_s)
+        raise PackerStopped(
+            f"packer {what} did not finish within {timeout_s:g} s and was interrupted; it cleaned up its "
+            f"builder (last output: {session.record.error()}). Fix: raise --timeout, or look at the step it was on."
+        ) from None
+    except KeyboardInterrupt as interrupt:
+        terminated = isinstance(interrupt, Terminated)
+        cause = "terminated (SIGTERM)" if terminated else "interrupted"
+        if progress:
+            progress.error(f"gpuforge: {cause}; waiting for packer to clean up its builder")
+        session.stop(grace_s)
+        raise PackerStopped(
+            f"{cause}: packer was stopped and cleaned up its builder; no AMI was recorded.",
+            exit_code=SIGTERM_EXIT if terminated else SIGINT_EXIT,
+        ) from None
+
+
 def run(
     packer: Packer,
     args: Sequence[str],
@@ -280,28 +313,10 @@ def run(
         start_new_session=True,
     )
     session = _Session(process, record, progress, observer)
-    on_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if on_main else None
     try:
-        session.follow(time.monotonic() + timeout_s)
-    except _Deadline:
-        if progress:
-            progress.error(f"gpuforge: packer {args[0]} ran past {timeout_s:g} s; interrupting it")
-        session.stop(grace_s)
-        raise PackerStopped(
-            f"packer {args[0]} did not finish within {timeout_s:g} s and was interrupted; it cleaned up its "
-            f"builder (last output: {record.error()}). Fix: raise --timeout, or look at the step it was on."
-        ) from None
-    except (KeyboardInterrupt, _Terminated):
-        if progress:
-            progress.error("gpuforge: interrupted; waiting for packer to clean up its builder")
-        session.stop(grace_s)
-        raise PackerStopped(
-            "interrupted: packer was stopped and cleaned up its builder; no AMI was recorded.", exit_code=130
-        ) from None
+        with sigterm_as_interrupt():
+            _follow_or_stop(session, args[0], timeout_s, grace_s, progress)
     finally:
-        if on_main:
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
         session.reap()
         if progress:
             progress.done()

@@ -35,8 +35,9 @@ ENTRY = CatalogEntry(
 
 
 def test_default_paths_are_in_the_repository_images_folder() -> None:
-    assert DEFAULT_CATALOG == REPO / "images" / "catalog.json"
-    assert LOCAL_CATALOG == REPO / "images" / "catalog.local.json"
+    assert DEFAULT_CATALOG == REPO / "images" / "catalog"
+    assert LOCAL_CATALOG == REPO / "images" / "catalog.local"
+    assert DEFAULT_CATALOG.is_dir() and LOCAL_CATALOG.is_dir()  # checked in, so a fresh clone reads them
 
 
 def test_a_missing_catalog_is_empty(tmp_path: Path) -> None:
@@ -58,7 +59,7 @@ def test_record_then_lookup_and_replace(tmp_path: Path) -> None:
     assert load_catalog(path).lookup(DIGEST, "us-east-1") == rebuilt
     assert len(load_catalog(path).entries) == 2
     raw = json.loads(path.read_text())
-    assert raw["schema"] == 1
+    assert raw["schema"] == 2
     assert raw["images"][DIGEST]["us-west-2"]["ami_id"] == "ami-11111111"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["catalog.json", "catalog.json.lock"]
 
@@ -68,7 +69,7 @@ def test_record_then_lookup_and_replace(tmp_path: Path) -> None:
     [
         ("{not json", r"not valid JSON \(line 1"),
         ("[]", "expected a JSON object, found list"),
-        ('{"schema": 2, "images": {}}', "schema: this gpuforge reads schema 1, the file says 2"),
+        ('{"schema": 3, "images": {}}', "schema: this gpuforge reads schemas 1, 2, the file says 3"),
         ('{"images": {}}', "schema: .*says None"),
         ('{"schema": 1, "images": {}, "extra": 1}', "extra"),
         (
