@@ -56,7 +56,7 @@ def test_not_a_csv_is_rejected() -> None:
 def test_driver_library_mismatch_message() -> None:
     text = fixture("nvidia-smi/version-mismatch.txt")
     assert is_version_mismatch(text)
-    assert nvml_library_version(text) == "570.133"
+    assert nvml_library_version(text) == "570.124"
     assert nvml_library_version("Failed to initialize NVML: Driver/library version mismatch") is None
 
 

@@ -65,7 +65,7 @@ def test_driver_library_mismatch_fails_with_both_versions(root: Path) -> None:
     ctx, _ = context(scenario, "p5.48xlarge", root)
     result = check_driver_versions(ctx)
     assert result.status is Status.FAIL
-    assert result.evidence.startswith("kernel module 570.124.06, user-space NVML 570.133")
+    assert result.evidence.startswith("kernel module 570.124.06, user-space NVML 570.124:")
     assert "without reloading the kernel module" in result.cause
 
 
