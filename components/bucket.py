@@ -89,6 +89,8 @@ def _checked(statements: Sequence[Mapping[str, Any]]) -> None:
 class DataBucket(pulumi.ComponentResource):
     bucket_name: pulumi.Output[str]
     arn: pulumi.Output[str]
+    policy: pulumi.Output[str]
+    """The bucket's one policy document (JSON), as S3 holds it."""
     kms_key_arn: str | None
 
     def __init__(self, name: str, args: DataBucketArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -141,7 +143,7 @@ class DataBucket(pulumi.ComponentResource):
             opts=child,
         )
         extra = list(args.policy_statements(bucket.arn)) if args.policy_statements else []
-        aws.s3.BucketPolicy(
+        policy = aws.s3.BucketPolicy(
             f"{name}-policy",
             bucket=bucket.id,
             policy=pulumi.Output.json_dumps(
@@ -176,5 +178,6 @@ class DataBucket(pulumi.ComponentResource):
             )
         self.bucket_name = bucket.bucket
         self.arn = bucket.arn
+        self.policy = policy.policy
         self.kms_key_arn = spec.kms_key_arn
-        self.register_outputs({"bucket_name": self.bucket_name, "arn": self.arn})
+        self.register_outputs({"bucket_name": self.bucket_name, "arn": self.arn, "policy": self.policy})
