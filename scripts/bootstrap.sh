@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepares a fresh machine for gpuforge: Debian's packer and shellcheck, and a
+# Prepares a fresh machine for gpuforge: Debian's packer, shellcheck and gnupg, and a
 # virtual environment in .venv with gpuforge installed from this checkout.
 # Usage: scripts/bootstrap.sh EXTRAS   (EXTRAS: "local" for the demo, "dev" for tests)
 set -euo pipefail
@@ -9,6 +9,8 @@ extras="${1:-local}"
 missing=()
 command -v packer >/dev/null 2>&1 || missing+=(packer)
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+# The image scripts' key checks are tested against real gpg and keys the tests make.
+command -v gpg >/dev/null 2>&1 || missing+=(gnupg)
 if ((${#missing[@]})); then
     echo "==> installing Debian packages: ${missing[*]}"
     sudo=""

@@ -32,7 +32,8 @@ add_apt_repository container-toolkit "https://$NVIDIA_TOOLKIT_HOST/libnvidia-con
     C95B321B61E88C1809C4F759DDCAE044F796ECB0 "https://$NVIDIA_TOOLKIT_HOST/libnvidia-container/stable/deb/\$(ARCH) /"
 
 # FSx for Lustre client repository (https://docs.aws.amazon.com/fsx/latest/LustreGuide/install-lustre-client.html).
-# AWS publishes no fingerprint for this key: it is trusted from the HTTPS download and logged.
+# AWS publishes no fingerprint for this key (its Lustre client guide gives only the URL): the file must hold
+# one key, which is trusted from the HTTPS download, logged and recorded (lib.sh, add_apt_repository).
 add_apt_repository fsx-lustre "https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc" \
     "" "https://$FSX_HOST/ubuntu $VERSION_CODENAME main"
 

@@ -14,7 +14,14 @@ if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
 fi
 apt-get install "${APT_OPTIONS[@]}" --no-install-recommends "$python" "$python-venv"
 "$python" -m venv /opt/gpuforge
-/opt/gpuforge/bin/pip install --quiet --disable-pip-version-check "$GPUFORGE_PAYLOAD/gpuforge-src" boto3
+# Every dependency (and pip and the build backend) from the hashed lock, wheels only: pip refuses a
+# file whose sha256 differs and any package the lock does not name (scripts/lock-image-python.py
+# writes it from pyproject.toml). gpuforge itself then builds from the payload's source copy, with
+# nothing fetched.
+pip_install=(/opt/gpuforge/bin/python -m pip install --quiet --disable-pip-version-check)
+"${pip_install[@]}" --require-hashes --no-deps --only-binary=:all: -r "$GPUFORGE_PAYLOAD/scripts/gpuforge-requirements.txt"
+"${pip_install[@]}" --no-deps --no-index --no-build-isolation "$GPUFORGE_PAYLOAD/gpuforge-src"
+/opt/gpuforge/bin/python -m pip check
 ln -sf /opt/gpuforge/bin/gpuforge /usr/local/bin/gpuforge
 gpuforge --version
 

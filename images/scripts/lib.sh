@@ -143,18 +143,36 @@ hold() {
     printf '%s\n' "$@" >>"$PINNED_LIST"
 }
 
-# Add an apt repository whose signing key must have FINGERPRINT (empty: trust the HTTPS download).
+# Add an apt repository whose signing keys must all be among FINGERPRINTS (space-separated). Every
+# primary key in the downloaded file is checked, not only the first: apt trusts each key in the
+# keyring. With no fingerprint (the vendor publishes none), the file must hold exactly one key,
+# which is then trusted from the HTTPS download. Each trusted key is logged and recorded in
+# $GPUFORGE_STATE/trusted-keys (repository, fingerprint, key URL).
 add_apt_repository() {
-    local name="$1" key_url="$2" fingerprint="$3" line="$4" keyring download found
+    local name="$1" key_url="$2" fingerprints="$3" line="$4" keyring download fpr
+    local -a primary
     keyring="/usr/share/keyrings/gpuforge-$name.gpg"
     download="$(mktemp)"
     curl -fsSL --retry 3 -o "$download" "$key_url"
-    found="$(gpg --show-keys --with-colons "$download" | awk -F: '$1 == "fpr" { print $10; exit }')"
-    if [[ -n "$fingerprint" && "$found" != "$fingerprint" ]]; then
-        die "$name: the signing key at $key_url has fingerprint ${found:-none}, expected $fingerprint"
+    # A primary key's fingerprint is the fpr record right after its pub record (subkeys follow sub).
+    mapfile -t primary < <(gpg --show-keys --with-colons "$download" |
+        awk -F: '$1 == "pub" { want = 1; next } $1 == "fpr" && want { print $10 } { want = 0 }')
+    ((${#primary[@]})) || die "$name: $key_url holds no OpenPGP public key"
+    if [[ -z "$fingerprints" ]]; then
+        ((${#primary[@]} == 1)) ||
+            die "$name: $key_url holds ${#primary[@]} keys (${primary[*]}); with no published fingerprint to check them against, only a file of one key is trusted"
+        log "$name: signing key ${primary[0]} (no fingerprint published: trusted from the HTTPS download)"
+    else
+        for fpr in "${primary[@]}"; do
+            [[ " $fingerprints " == *" $fpr "* ]] ||
+                die "$name: the signing key at $key_url has fingerprint $fpr, expected $fingerprints"
+        done
+        log "$name: signing key ${primary[*]}"
     fi
-    log "$name: signing key $found"
-    mkdir -p "$ROOT/usr/share/keyrings" "$ROOT/etc/apt/sources.list.d"
+    mkdir -p "$GPUFORGE_STATE" "$ROOT/usr/share/keyrings" "$ROOT/etc/apt/sources.list.d"
+    for fpr in "${primary[@]}"; do
+        printf '%s %s %s\n' "$name" "$fpr" "$key_url" >>"$GPUFORGE_STATE/trusted-keys"
+    done
     gpg --dearmor --yes -o "$ROOT$keyring" "$download"
     rm -f "$download"
     echo "deb [signed-by=$keyring] $line" >"$ROOT/etc/apt/sources.list.d/gpuforge-$name.list"

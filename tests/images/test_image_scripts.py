@@ -176,6 +176,7 @@ KERNEL_STEP_TOOLS = {
         'if [[ " $* " == *" --show-keys "* ]]; then key="$(cat "${@: -1}")"; '
         'case "$key" in *3bf863cc*) fpr="$CUDA_FPR" ;; *libnvidia-container*) fpr=' + TOOLKIT_KEY + " ;; "
         "*) fpr=0000000000000000000000000000000000000000 ;; esac; "
+        'echo "pub:-:4096:1:0000000000000000:1650000000:::-:::scSC::::::23::0:"; '
         'echo "fpr:::::::::$fpr:"; else while [[ $# -gt 0 ]]; do [[ $1 == -o ]] && : >"$2"; shift; done; fi'
     ),
     "apt-cache": 'if [[ $1 == madison && -f "$MADISON/$2" ]]; then cat "$MADISON/$2"; fi; exit 0',
@@ -259,6 +260,134 @@ def test_kernel_step_refuses_a_repository_key_with_another_fingerprint(
         in done.stderr
     )
     assert not [call for call in calls if "linux-image" in call]
+
+
+# --- repository keys, against real gpg ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def key_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, list[str]]]:
+    """Armored key files made by real gpg (in a throwaway GNUPGHOME): one key, and two keys in one file."""
+    home = tmp_path_factory.mktemp("gnupg")
+    home.chmod(0o700)
+    env = {"GNUPGHOME": str(home), "PATH": "/usr/bin:/bin"}
+    fingerprints = []
+    for name in ("vendor", "intruder"):
+        subprocess.run(
+            [
+                "gpg",
+                "--batch",
+                "--pinentry-mode",
+                "loopback",
+                "--passphrase",
+                "",
+                "--quick-gen-key",
+                f"{name} <{name}@example.invalid>",
+                "ed25519",
+                "sign",
+                "never",
+            ],
+            env=env,
+            capture_output=True,
+            check=True,
+            timeout=30,
+        )
+        listing = subprocess.run(
+            ["gpg", "--with-colons", "--fingerprint", f"{name}@example.invalid"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
+        fingerprints.append(
+            next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+        )
+    files = {}
+    for label, who in (
+        ("one", ["vendor@example.invalid"]),
+        ("two", ["vendor@example.invalid", "intruder@example.invalid"]),
+    ):
+        path = home.parent / f"{label}.asc"
+        armored = subprocess.run(
+            ["gpg", "--armor", "--export", *who], env=env, capture_output=True, check=True, timeout=30
+        )
+        path.write_bytes(armored.stdout)
+        files[label] = (path, fingerprints[: len(who)])
+    return files
+
+
+def _add_repository(
+    payload: Path, tmp_path: Path, key: Path, fingerprints: str
+) -> subprocess.CompletedProcess[str]:
+    """lib.sh's add_apt_repository with curl replaced by a copy of KEY (real gpg reads it)."""
+    bin_dir, root = tmp_path / "bin", tmp_path / "root"
+    bin_dir.mkdir()
+    root.mkdir()
+    curl = bin_dir / "curl"
+    curl.write_text(
+        f'#!/usr/bin/env bash\nwhile [[ $# -gt 1 ]]; do [[ $1 == -o ]] && cp "{key}" "$2"; shift; done\n'
+    )
+    curl.chmod(0o755)
+    gpg = bin_dir / "gpg"
+    gpg.symlink_to("/usr/bin/gpg")
+    env = {
+        "PATH": f"{bin_dir}:{base_path(tmp_path / 'base-bin')}",
+        "GPUFORGE_ROOT": str(root),
+        "GNUPGHOME": str(tmp_path / "empty-gnupg"),
+    }
+    (tmp_path / "empty-gnupg").mkdir(mode=0o700)
+    return _bash(
+        payload,
+        f'add_apt_repository vendor https://vendor.example.invalid/key.asc "{fingerprints}" "https://vendor.example.invalid/apt /"',
+        env,
+    )
+
+
+def test_a_key_file_with_the_expected_key_is_trusted_and_recorded(
+    payloads: dict[str, Path], tmp_path: Path, key_files: dict[str, tuple[Path, list[str]]]
+) -> None:
+    key, [fingerprint] = key_files["one"]
+    done = _add_repository(payloads["p5-h100-cuda12"], tmp_path, key, fingerprint)
+    assert done.returncode == 0, done.stderr
+    root = tmp_path / "root"
+    assert (root / "usr/share/keyrings/gpuforge-vendor.gpg").stat().st_size > 0
+    assert (
+        root / "var/lib/gpuforge/trusted-keys"
+    ).read_text() == f"vendor {fingerprint} https://vendor.example.invalid/key.asc\n"
+
+
+def test_a_second_key_hidden_behind_the_expected_one_is_refused(
+    payloads: dict[str, Path], tmp_path: Path, key_files: dict[str, tuple[Path, list[str]]]
+) -> None:
+    key, [vendor, intruder] = key_files["two"]
+    done = _add_repository(payloads["p5-h100-cuda12"], tmp_path, key, vendor)
+    assert done.returncode == 1
+    assert (
+        f"vendor: the signing key at https://vendor.example.invalid/key.asc has fingerprint {intruder}, expected {vendor}"
+        in done.stderr
+    )
+    assert not (tmp_path / "root/usr/share/keyrings/gpuforge-vendor.gpg").exists()
+
+
+def test_with_no_published_fingerprint_only_a_file_of_one_key_is_trusted(
+    payloads: dict[str, Path], tmp_path: Path, key_files: dict[str, tuple[Path, list[str]]]
+) -> None:
+    one, [fingerprint] = key_files["one"]
+    first = tmp_path / "one"
+    first.mkdir()
+    done = _add_repository(payloads["p5-h100-cuda12"], first, one, "")
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"vendor: signing key {fingerprint} (no fingerprint published: trusted from the HTTPS download)"
+        in done.stderr
+    )
+    two, fingerprints = key_files["two"]
+    second = tmp_path / "two"
+    second.mkdir()
+    refused = _add_repository(payloads["p5-h100-cuda12"], second, two, "")
+    assert refused.returncode == 1
+    assert f"holds 2 keys ({' '.join(fingerprints)}); with no published fingerprint" in refused.stderr
 
 
 # --- the Slurm step -----------------------------------------------------------------------------
