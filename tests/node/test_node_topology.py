@@ -61,7 +61,7 @@ def test_nvswitch_types_pass_with_local_nics(root: Path) -> None:
     assert "GPU7: CPU 24-47,72-95, NUMA 1, NIC NIC3 (rdmap160s27) PXB" in check_topology(ctx).evidence
 
 
-CAPTURED_H100 = "topo/h100-sxm-x8-mlx5-545.23.08.txt"
+CAPTURED_H100 = "topo/h100-sxm-x8-mlx5.txt"
 
 
 def test_captured_h100_matrix_keeps_its_empty_cells() -> None:
