@@ -5,7 +5,7 @@ they all read it through `load_catalog`. A catalog is one of two layouts, told
 apart by the path:
 
 - **a folder** (the default, `images/catalog/`): one record file per build, named
-  `<matrix>-<digest prefix>-<home region>.json`, holding the AMI of the region it was
+  `<matrix>-<digest>-<home region>.json`, holding the AMI of the region it was
   built in and of every region it was copied to. Builds in separate CI jobs write
   separate files, so git merges their branches without a conflict, and no job can
   overwrite another's entry. Each build's SBOM lies beside its record, in `sbom/`.
@@ -182,8 +182,8 @@ def is_folder(path: Path) -> bool:
 
 
 def record_name(entry: CatalogEntry) -> str:
-    """The record file of a build in a catalog folder: matrix, digest prefix, home region."""
-    return f"{entry.matrix_name}-{entry.matrix_digest[:12]}-{entry.region}.json"
+    """The record file of a build in a catalog folder: matrix name (for people), digest, home region."""
+    return f"{entry.matrix_name}-{entry.matrix_digest}-{entry.region}.json"
 
 
 def _invalid(path: Path, where: str, problem: str) -> InputError:

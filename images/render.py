@@ -26,6 +26,7 @@ from gpuforge.images import hcl
 from gpuforge.images.hcl import Attr, Blank, Block, Comment, Expr
 from gpuforge.images.matrix import Matrix
 from gpuforge.images.payload import write_payload
+from gpuforge.images.sbom import IMAGE_PACKAGES, PACKAGES_FILE
 from gpuforge.images.tags import ami_tags
 
 BUILD_FILE = "gpuforge.pkr.hcl"
@@ -209,6 +210,13 @@ def _provisioners() -> list[hcl.Item]:
             )
             items += [Blank(), Block("provisioner", ("shell",), reboot)]
             after_reboot = True
+    # The package list the verify step wrote, for the SBOM beside the catalog record (sbom.py).
+    download = (
+        Attr("direction", "download"),
+        Attr("source", IMAGE_PACKAGES),
+        Attr("destination", Expr(f'"${{path.root}}/{PACKAGES_FILE}"')),
+    )
+    items += [Blank(), Block("provisioner", ("file",), download)]
     return items
 
 

@@ -309,8 +309,19 @@ if ((${#failures[@]})); then
     die "image verification failed: ${#failures[@]} difference(s) between the image and matrix $GPUFORGE_MATRIX_NAME $GPUFORGE_MATRIX_VERSION"
 fi
 
+# The image's SBOM: every installed package, read with dpkg-query as the checks above read each
+# pinned one (--showformat expands \t and \n: dpkg-query(1)). The build's last provisioner
+# downloads it, and `image build` stores it beside the catalog record.
+write_packages() {
+    dpkg-query -W -f='${db:Status-Abbrev}\t${Package}\t${Version}\t${Architecture}\n' |
+        awk -F '\t' '$1 ~ /^ii/ { print $2 "\t" $3 "\t" $4 }' >"$1"
+}
+
 manifest="$(manifest_file)"
 mkdir -p "$(dirname "$manifest")"
 write_manifest "$manifest.tmp"
 mv -f "$manifest.tmp" "$manifest"
+packages="$(dirname "$manifest")/packages.tsv"
+write_packages "$packages.tmp"
+mv -f "$packages.tmp" "$packages"
 log "image matches matrix $GPUFORGE_MATRIX_NAME $GPUFORGE_MATRIX_VERSION; wrote $manifest"

@@ -18,7 +18,10 @@ from gpuforge.images.catalog import (
     CatalogEntry,
     load_catalog,
     now_utc,
+    record_build,
     record_entry,
+    remove_entry,
+    stores_sbom,
     utc_timestamp,
 )
 
@@ -133,8 +136,10 @@ for i in range(count):
 """
 
 
-def test_concurrent_builds_finishing_at_once_both_land(tmp_path: Path) -> None:
-    path = tmp_path / "catalog.json"
+@pytest.mark.parametrize("layout", ["catalog.json", "catalog"])
+def test_concurrent_builds_finishing_at_once_all_land(tmp_path: Path, layout: str) -> None:
+    """Three writer processes, 15 builds each, into one single file or one folder: none is lost."""
+    path = tmp_path / layout
     writers = [
         subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(worker), "15"], cwd=tmp_path)
         for worker in range(3)
@@ -144,7 +149,9 @@ def test_concurrent_builds_finishing_at_once_both_land(tmp_path: Path) -> None:
     catalog = load_catalog(path)
     assert len(catalog.entries) == 45
     assert {e.ami_id for e in catalog.entries} == {f"ami-{w:04x}{i:04x}" for w in range(3) for i in range(15)}
-    assert not list(tmp_path.glob(".catalog.json.*.tmp"))
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+    if layout == "catalog":
+        assert len(list(path.glob("*.json"))) == 45  # one record per build: separate CI jobs never collide
 
 
 def test_ec2_timestamps_become_catalog_timestamps() -> None:
@@ -173,3 +180,83 @@ def test_a_hostile_catalog_is_refused_through_the_one_loader(
 def test_a_catalog_that_is_not_a_regular_file_is_refused() -> None:
     with pytest.raises(InputError, match="/dev/urandom"):
         load_catalog(Path("/dev/urandom"))
+
+
+def test_a_catalog_folder_holds_one_record_per_build_and_reads_as_one_catalog(tmp_path: Path) -> None:
+    folder = tmp_path / "catalog"
+    copy = replace(ENTRY, region="us-west-2", ami_id="ami-33333333", copied_from=ENTRY.ami_id)
+    record_build(folder, [ENTRY, copy], sbom='{"packages": []}\n')
+    other = replace(ENTRY, matrix_digest="b" * 64, matrix_name="g6-dev-cuda12", ami_id="ami-44444444")
+    record_build(folder, [other])
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == [
+        ".lock",
+        f"g6-dev-cuda12-{'b' * 64}-us-east-1.json",
+        f"p5-h100-cuda12-{DIGEST}-us-east-1.json",
+        "sbom",
+    ]
+    catalog = load_catalog(folder)
+    assert {(e.matrix_digest[:1], e.region, e.ami_id) for e in catalog.entries} == {
+        ("a", "us-east-1", ENTRY.ami_id),
+        ("a", "us-west-2", "ami-33333333"),
+        ("b", "us-east-1", "ami-44444444"),
+    }
+    sbom = f"sbom/p5-h100-cuda12-{DIGEST}-us-east-1.json"
+    assert catalog.lookup(DIGEST, "us-west-2").sbom == sbom  # type: ignore[union-attr]
+    assert (folder / sbom).read_text() == '{"packages": []}\n'
+    assert catalog.lookup("b" * 64, "us-east-1").sbom is None  # type: ignore[union-attr]
+    assert not stores_sbom(tmp_path / "single.json")
+
+
+def test_two_records_of_one_matrix_and_region_after_a_merge_resolve_to_the_newest(tmp_path: Path) -> None:
+    """Two branches each built the matrix in us-east-1: git merges both files; the newer wins."""
+    folder = tmp_path / "catalog"
+    folder.mkdir()
+    older = replace(ENTRY, ami_id="ami-0000000a", built_at="2026-01-01T00:00:00+00:00")
+    newer = replace(ENTRY, ami_id="ami-0000000b", built_at="2026-02-01T00:00:00+00:00")
+    for name, entry in (("z-older.json", older), ("a-newer.json", newer)):
+        body = {"schema": 2, "images": {DIGEST: {"us-east-1": entry.to_json()}}}
+        (folder / name).write_text(json.dumps(body))
+    catalog = load_catalog(folder)
+    assert catalog.entries == (newer,)
+    assert catalog.shadowed == (older,)
+    assert catalog.file_of(older) == folder / "z-older.json"
+
+
+def test_a_single_file_beside_the_folder_is_refused_with_the_move_that_fixes_it(tmp_path: Path) -> None:
+    legacy = tmp_path / "catalog.json"
+    record_entry(legacy, ENTRY)
+    (tmp_path / "catalog").mkdir()
+    with pytest.raises(InputError, match=r"catalog\.json: a single-file AMI catalog lies beside") as caught:
+        load_catalog(tmp_path / "catalog")
+    assert f"git mv {legacy} {tmp_path / 'catalog'}/catalog.json" in caught.value.message
+    assert load_catalog(legacy).entries == (ENTRY,)  # --catalog FILE keeps working
+
+
+@pytest.mark.parametrize("layout", ["catalog.json", "catalog"])
+def test_an_entry_of_another_account_is_not_replaced_and_nothing_is_written(
+    tmp_path: Path, layout: str
+) -> None:
+    path = tmp_path / layout
+    record_entry(path, replace(ENTRY, account_id="111111111111"))
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*.json")}
+    with pytest.raises(InputError) as caught:
+        record_entry(path, replace(ENTRY, ami_id="ami-55555555", account_id="222222222222"))
+    message = caught.value.message
+    assert f"images.{DIGEST}.us-east-1 records {ENTRY.ami_id} of account 111111111111" in message
+    assert "Fix: build with account 111111111111's credentials" in message
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*.json")} == before
+
+
+def test_removing_the_last_entry_of_a_record_deletes_it_and_its_sbom(tmp_path: Path) -> None:
+    folder = tmp_path / "catalog"
+    copy = replace(ENTRY, region="us-west-2", ami_id="ami-33333333")
+    catalog = record_build(folder, [ENTRY, copy], sbom="{}\n")
+    home, west = catalog.lookup(DIGEST, "us-east-1"), catalog.lookup(DIGEST, "us-west-2")
+    assert home is not None and west is not None
+    remove_entry(folder, west)
+    assert [e.region for e in load_catalog(folder).entries] == ["us-east-1"]
+    assert (folder / home.sbom).exists()  # type: ignore[operator]
+    remove_entry(folder, home)
+    assert load_catalog(folder).entries == ()
+    assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == [".lock"]
