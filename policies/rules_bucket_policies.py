@@ -181,13 +181,15 @@ def validate_tls_only(args: StackValidationArgs, report: ReportViolation) -> Non
             (f"bucket policy {describe(policy)} policy", at(policy.props, "policy"), policy)
             for policy in bucket_settings(graph, bucket, (aws_types.BUCKET_POLICY,))
         ]
+        # The bucket's own `policy` is deprecated and computed: the provider reads back whatever policy
+        # the bucket holds (a BucketPolicy's too), so it counts only where no BucketPolicy names the bucket.
         inline = at(bucket.props, "policy")
-        if inline is UNKNOWN or text(inline) is not None:
-            sources.insert(0, (f"{what} policy", inline, bucket))
+        if not sources and inline is not UNKNOWN and text(inline) is not None:
+            sources.append((f"{what} policy", inline, bucket))
         if not sources:
             report(
-                f"{what} has no bucket policy, so S3 accepts its requests over plain HTTP. {TLS_FIX} "
-                f"(source: {TLS_SOURCE}).",
+                f"{what} has no bucket policy, so S3 accepts its requests over plain HTTP. {TLS_FIX}, in an "
+                f"s3.BucketPolicy (source: {TLS_SOURCE}).",
                 bucket.urn,
             )
             continue

@@ -354,6 +354,24 @@ def test_bucket_without_a_policy_is_refused(images: Images) -> None:
     )
 
 
+def test_the_buckets_own_policy_counts_where_no_bucket_policy_names_it(images: Images) -> None:
+    arn = "arn:aws:s3:::inline-bucket"
+    deny = {
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": "*",
+        "Resource": [arn, f"{arn}/*"],
+        "Condition": {"BoolIfExists": {"aws:SecureTransport": ["false"]}},
+    }
+    passing = record(lambda: aws.s3.Bucket("inline", bucket="inline-bucket", policy=_document(deny)))
+    assert _found(passing, images, "s3-tls-only") == []
+    no_deny = {**deny, "Condition": {"Bool": {"aws:SecureTransport": "true"}}}
+    failing = record(lambda: aws.s3.Bucket("inline", bucket="inline-bucket", policy=_document(no_deny)))
+    [verdict] = _found(failing, images, "s3-tls-only")
+    assert f"bucket 'inline' ({BUCKET}) policy has no statement that denies" in verdict.message
+    assert "(its 1 statement: Deny in Statement[0])" in verdict.message
+
+
 def test_a_second_policy_on_the_bucket_is_refused(images: Images) -> None:
     def build() -> None:
         data = DataBucket("data", DataBucketArgs())
