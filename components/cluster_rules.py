@@ -82,13 +82,15 @@ def region_of_zone(zone: str) -> str:
     return match["region"]
 
 
-def check_availability_zone(zone: str, region: str) -> None:
+def check_availability_zone(zone: str, region: str, region_from: str = "the AMI's region") -> None:
+    """The zone must be in `region`; `region_from` names where that region was set, for the message
+    (a stack's `aws:region`, or the AMI's region for a spec built in code)."""
     if region_of_zone(zone) != region:
         raise invalid(
             "availability_zone",
             zone,
-            f"the zone is not in the AMI's region {region!r}; an AMI id exists in one region only",
-            f"pick a zone in {region}, or the catalog entry of the matrix for the zone's region",
+            f"the zone is in {region_of_zone(zone)}, not in {region_from} {region!r}; an AMI id exists in one region only",
+            f"pick a zone in {region}, or set {region_from} to {region_of_zone(zone)} (with an AMI catalogued there)",
         )
 
 

@@ -459,7 +459,7 @@ def parse_engine_values(
     _component_rule(
         source,
         "availabilityZone",
-        lambda: cluster_rules.check_availability_zone(keys.availabilityZone, region),
+        lambda: cluster_rules.check_availability_zone(keys.availabilityZone, region, "aws:region"),
     )
     capacity = _component_rule(
         source, f"{NAMESPACE}:capacity", lambda: CapacitySpec(**keys.capacity.model_dump())

@@ -161,7 +161,7 @@ def test_from_config_reports_every_problem_as_input_error() -> None:
     [
         (
             {"availability_zone": "us-west-2a"},
-            r"availability_zone = 'us-west-2a': the zone is not in the AMI's region",
+            r"availability_zone = 'us-west-2a': the zone is in us-west-2, not in the AMI's region 'us-east-1'",
         ),
         ({"name": "Train"}, r"name = 'Train': a cluster name is"),
         ({"tags": {"aws:owner": "x"}}, r"tags = 'aws:owner'"),

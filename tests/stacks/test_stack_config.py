@@ -190,7 +190,10 @@ def test_engine_reader_and_file_reader_agree(tmp_path: Path) -> None:
             {"gpuforge:lustre": {"deploymentType": "SCRATCH_1", "storageCapacityGiB": 1200}},
             "gpuforge:lustre.deploymentType = 'SCRATCH_1'",
         ),
-        ({"gpuforge:availabilityZone": "us-west-2a"}, "gpuforge:availabilityZone = 'us-west-2a'"),
+        (
+            {"gpuforge:availabilityZone": "us-west-2a"},
+            "gpuforge:availabilityZone = 'us-west-2a': the zone is in us-west-2, not in aws:region 'us-east-1'",
+        ),
         ({"aws:region": None}, "aws:region = None"),
         ({"gpuforge:instanceType": "p9.48xlarge"}, "gpuforge:instanceType: instance type 'p9.48xlarge'"),
         ({"gpuforge:nodeMode": "instances"}, "gpuforge:nodeMode = 'instances'"),
