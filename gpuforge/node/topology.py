@@ -6,12 +6,12 @@ ID"; on a terminal the header is wrapped in ANSI underline codes. A "NIC
 Legend" below the matrix maps NIC0.. to RDMA device names (rdmap16s27 on EFA).
 
 Cells can be empty, so a row is split on each tab, never on runs of blanks.
-Captured outputs show it (tests/fixtures/node/README.md): an 8 x H100 node on
-driver 545 prints GPU rows ending `NODE\t\t0\t\tN/A`, an empty CPU Affinity
-before NUMA node 0, and every driver that prints "GPU NUMA ID" puts an empty
-cell before it. NIC rows end in empty affinity cells. Copies of the output
-pasted into documents often carry blanks instead of tabs; those are read by
-splitting on two or more blanks, which cannot see an empty cell.
+Captured outputs show it (tests/fixtures/node/README.md): an 8 x H100 node
+prints GPU rows ending "NODE<tab><tab>0<tab><tab>N/A", an empty CPU Affinity
+before NUMA node 0, and the captures that print "GPU NUMA ID" all put an
+empty cell before it. NIC rows end in empty affinity cells. Copies of the
+output pasted into documents often carry blanks instead of tabs; those are
+read by splitting on two or more blanks, which cannot see an empty cell.
 Link levels, nearest first: NV# (a bonded set of # NVLinks), PIX (one PCIe
 switch), PXB (several PCIe switches), PHB (a PCIe host bridge), NODE (host
 bridges within one NUMA node), SYS (across NUMA nodes).
