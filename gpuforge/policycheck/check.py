@@ -10,13 +10,13 @@ Whatever the program raises becomes one InputError (exit 2) that names the progr
 the line and the fix; a missing config key names the key and the config file. No
 output is written before the run and the policies have finished. The SDK leaves the
 failed run's futures behind holding the same exception, and asyncio would log each
-as "exception was never retrieved", a traceback on stderr at exit; those are
-collected while the run's scope is open and their log lines dropped, since the error
-itself is reported.
+as "exception was never retrieved", a traceback on stderr at exit; those are settled
+while the run's scope is open (`_AbandonedFutures`), since the error itself is reported.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -115,8 +115,9 @@ def _run(project: ProgramProject, mocks: PolicyCheckMocks) -> ProgramRun:
             failure = _missing_key(project, error.key, _line(project, error))
         except pulumi.ConfigTypeError as error:
             failure = InputError(
-                f"{project.config_source}: {error.key} = {error.value!r} is not {error.expect_type}, which "
-                f"the program reads it as{_line(project, error)}. Fix: set {error.key} to {error.expect_type}."
+                f"{project.config_source}: {error.key} = {error.value!r}: the program reads it as "
+                f"{error.expect_type}{_line(project, error)}, and it is not one. "
+                f"Fix: give {error.key} a value of type {error.expect_type}."
             )
         except GpuforgeError as error:
             # A fresh error without the run's traceback, which holds the SDK's futures alive.
@@ -177,8 +178,15 @@ def _program_folder(folder: Path) -> Iterator[None]:
 
 
 class _AbandonedFutures(logging.Filter):
-    """While open, asyncio's 'exception was never retrieved' lines are dropped; `collect` frees a
-    failed run's leftover futures now, inside that scope, rather than at some later collection."""
+    """While open, asyncio's 'exception was never retrieved' lines are dropped; `collect` settles a
+    failed run's leftover futures.
+
+    The SDK keeps a failed run's futures (its RPC manager's list, in the run's context)
+    until the interpreter exits, when asyncio would log each one with a traceback.
+    `collect` frees what a collection can free, inside this scope, and marks the
+    exception of every other finished future as retrieved (which is all `exception()`
+    does to a done future): the run's error is reported once, by gpuforge.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith(_ABANDONED)
@@ -192,6 +200,9 @@ class _AbandonedFutures(logging.Filter):
 
     def collect(self) -> None:
         gc.collect()
+        for leftover in gc.get_objects():
+            if isinstance(leftover, asyncio.Future) and leftover.done() and not leftover.cancelled():
+                leftover.exception()
 
 
 def explain_lookups(

@@ -1,0 +1,173 @@
+"""`gpuforge policy check` through the real CLI entry point, on a plain pulumi-aws program.
+
+The program (tests/fixtures/policycheck/render-farm) is a team's own: its own project
+name and config namespace, no gpuforge components, a helper module of its own, and an
+AMI that is either a literal id (stack `pinned`) or `get_ami(most_recent=True)` on a
+name filter (stack `unpinned`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from policycheck_support import PINNED_AMI, REGION, RENDER_FARM
+
+from gpuforge.cli import main
+
+TOP_KEYS = [
+    "project",
+    "stack",
+    "program",
+    "config_file",
+    "region",
+    "catalog",
+    "resources",
+    "lookups",
+    "policies",
+]
+RESOURCE_KEYS = ["urn", "type", "name", "parent", "inputs"]
+VERDICT_KEYS = ["policy", "enforcement", "urn", "message"]
+LOOKUP_KEYS = ["function", "call", "ami", "pinned", "reason"]
+INSTANCE = "aws:ec2/instance:Instance"
+
+
+def _check(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["policy", "check", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any]:
+    code, out, _ = _check(capsys, *args, "--json")
+    return code, json.loads(out)
+
+
+def _mandatory(document: Any) -> list[Any]:
+    return [verdict for verdict in document["policies"] if verdict["enforcement"] == "mandatory"]
+
+
+def _config_file(tmp_path: Path, **values: str) -> Path:
+    path = tmp_path / "Pulumi.ci.yaml"
+    lines = ["config:", f"  aws:region: {REGION}", *(f"  {key}: {value}" for key, value in values.items())]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_most_recent_lookup_is_rejected_by_ami_pinned_naming_the_lookup(
+    capsys: pytest.CaptureFixture[str], catalog_file: Path
+) -> None:
+    code, document = _json(capsys, str(RENDER_FARM), "--stack", "unpinned", "--catalog", str(catalog_file))
+    assert code == 1
+    assert list(document) == TOP_KEYS
+    assert (document["project"], document["stack"], document["region"]) == ("render-farm", "unpinned", REGION)
+    assert document["config_file"] == str(RENDER_FARM / "Pulumi.unpinned.yaml")
+    assert document["catalog"] == str(catalog_file)
+    (lookup,) = document["lookups"]
+    assert list(lookup) == LOOKUP_KEYS
+    assert lookup["function"] == "aws:ec2/getAmi:getAmi" and lookup["pinned"] is False
+    assert "'gpuforge-p5-h100-cuda12-*' is a wildcard" in lookup["reason"]
+    assert lookup["ami"] != PINNED_AMI
+
+    (instance,) = [resource for resource in document["resources"] if resource["type"] == INSTANCE]
+    assert list(instance) == RESOURCE_KEYS
+    # The program's own helper module named it, and its inputs are the engine's (camelCased).
+    assert instance["name"] == "render-unpinned"
+    assert instance["inputs"]["ami"] == lookup["ami"]
+    assert instance["inputs"]["availabilityZone"] == "us-east-1a"
+
+    (verdict,) = _mandatory(document)
+    assert list(verdict) == VERDICT_KEYS
+    assert (verdict["policy"], verdict["urn"]) == ("ami-pinned", instance["urn"])
+    assert f"AMI {lookup['ami']!r} is not in the image catalog" in verdict["message"]
+    assert lookup["call"] in verdict["message"] and "which pins no AMI" in verdict["message"]
+
+
+def test_the_same_program_with_a_catalogued_ami_passes(
+    capsys: pytest.CaptureFixture[str], catalog_file: Path
+) -> None:
+    code, document = _json(capsys, str(RENDER_FARM), "--stack", "pinned", "--catalog", str(catalog_file))
+    assert code == 0
+    assert _mandatory(document) == []
+    assert document["lookups"] == []
+    (instance,) = [resource for resource in document["resources"] if resource["type"] == INSTANCE]
+    assert instance["inputs"]["ami"] == PINNED_AMI
+
+
+def test_the_pinned_id_fails_against_a_catalog_that_lacks_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, document = _json(
+        capsys, str(RENDER_FARM), "--stack", "pinned", "--catalog", str(tmp_path / "empty.json")
+    )
+    assert code == 1
+    assert [verdict["policy"] for verdict in _mandatory(document)] == ["ami-pinned"]
+    assert "That id stands for" not in _mandatory(document)[0]["message"]  # no lookup made
+
+
+def test_a_lookup_on_the_exact_name_of_a_catalogued_ami_is_pinned(
+    capsys: pytest.CaptureFixture[str], catalog_file: Path, pinned_ami_name: str, tmp_path: Path
+) -> None:
+    config = _config_file(tmp_path, amiName=pinned_ami_name)
+    code, document = _json(
+        capsys, str(RENDER_FARM), "--config-file", str(config), "--catalog", str(catalog_file)
+    )
+    assert code == 0, document["policies"]
+    assert document["stack"] == "ci"  # from the file name, as Pulumi.<stack>.yaml
+    (lookup,) = document["lookups"]
+    assert lookup["pinned"] is True and lookup["ami"] == PINNED_AMI
+    assert _mandatory(document) == []
+
+
+def test_an_exact_name_no_catalog_entry_has_is_not_pinned(
+    capsys: pytest.CaptureFixture[str], catalog_file: Path, tmp_path: Path
+) -> None:
+    config = _config_file(tmp_path, amiName="ubuntu-jammy-22.04-amd64-server-20240101")
+    code, document = _json(
+        capsys,
+        str(RENDER_FARM),
+        "--stack",
+        "ci",
+        "--config-file",
+        str(config),
+        "--catalog",
+        str(catalog_file),
+    )
+    assert code == 1
+    (lookup,) = document["lookups"]
+    assert lookup["pinned"] is False
+    assert (
+        "no AMI of the image catalog in us-east-1 has name 'ubuntu-jammy-22.04-amd64-server-20240101'"
+        in (lookup["reason"])
+    )
+    assert [verdict["policy"] for verdict in _mandatory(document)] == ["ami-pinned"]
+
+
+def test_text_view_shows_program_tree_lookups_verdicts_and_result(
+    capsys: pytest.CaptureFixture[str], catalog_file: Path
+) -> None:
+    code, out, err = _check(capsys, str(RENDER_FARM), "--stack", "unpinned", "--catalog", str(catalog_file))
+    assert code == 1 and err == ""
+    assert "project render-farm, stack unpinned" in out
+    assert (
+        "  pulumi:pulumi:Stack  render-farm-unpinned\n  └─ aws:ec2/instance:Instance  render-unpinned" in out
+    )
+    assert (
+        "AMI lookups\n  get_ami(most_recent=True, owners=['self'], filters={'name': ['gpuforge-p5-h100-cuda12-*']})"
+        in out
+    )
+    assert "NOT PINNED" in out
+    assert "  MANDATORY ami-pinned on aws:ec2/instance:Instance render-unpinned: AMI 'ami-unpinned-" in out
+    assert out.rstrip().endswith("Result: FAIL, 1 mandatory policy violation(s)")
+
+
+def test_the_programs_own_modules_do_not_outlive_the_run(
+    capsys: pytest.CaptureFixture[str], catalog_file: Path
+) -> None:
+    _check(capsys, str(RENDER_FARM), "--stack", "pinned", "--catalog", str(catalog_file))
+    assert "naming" not in sys.modules
+    assert str(RENDER_FARM) not in sys.path
+    assert Path.cwd() != RENDER_FARM
