@@ -211,7 +211,8 @@ def build_image(
     if progress:
         progress.done()
     if built or any(catalog_before.lookup(*entry.key) != entry for entry in entries):
-        record_build(request.catalog, entries, built_sbom)
+        recorded = record_build(request.catalog, entries, built_sbom)
+        entries = [recorded.lookup(*entry.key) or entry for entry in entries]
     where = ", ".join(entry.region for entry in entries)
     if built:
         report(f"built {image.ami_id} ({image.name}) in {where}; recorded in {request.catalog}")
