@@ -1,0 +1,135 @@
+"""`image build --local` stopped by SIGTERM or SIGKILL: nothing outlives it, the catalog is byte-identical.
+
+gpuforge runs as a real process (`python -m gpuforge.cli`), as CI runs it. Its packer
+is a stand-in script on PATH that sleeps before handing over to the real packer, so
+the signal lands while the build is under way; the stand-in only adds time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from image_helpers import MATRICES, REGION
+
+from gpuforge.images.catalog import CatalogEntry, record_entry
+from gpuforge.images.emulator import SERVER_MODULE
+
+SLOW_PACKER = """#!/usr/bin/env bash
+if [[ "$1" == build ]]; then
+    echo "1,,ui,say,slow-packer-started"
+    sleep 120
+fi
+exec {real} "$@"
+"""
+EXISTING = CatalogEntry(
+    "ami-0123456789abcdef0", REGION, "older", "1.0.0", "c" * 64, "2026-01-31T12:00:00+00:00", "1.6.6"
+)
+
+
+def _pids(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _emulators_of(pid: int) -> list[int]:
+    """moto servers started by gpuforge process `pid` (the wrapper carries its parent's pid)."""
+    return [
+        p
+        for p in _pids(SERVER_MODULE)
+        if (Path("/proc") / str(p) / "cmdline").read_bytes().split(b"\0")[3:4] == [str(pid).encode()]
+    ]
+
+
+@pytest.fixture
+def slow_packer(tmp_path: Path) -> Iterator[Path]:
+    real = subprocess.run(["which", "packer"], capture_output=True, text=True, check=True).stdout.strip()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "packer"
+    script.write_text(SLOW_PACKER.format(real=real))
+    script.chmod(0o755)
+    yield bin_dir
+    for pid in _pids(str(script)):  # a SIGKILLed gpuforge cannot stop its packer: end the stand-in here
+        os.kill(pid, signal.SIGKILL)
+
+
+def _start_build(tmp_path: Path, bin_dir: Path, catalog: Path) -> tuple[subprocess.Popen[str], int]:
+    """Start a --local build; return it once packer's build is running, with the emulator's pid."""
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
+    matrix = MATRICES / "p5-h100-cuda12.yaml"
+    command = [sys.executable, "-m", "gpuforge.cli", "image", "build", str(matrix), "--region", REGION]
+    process = subprocess.Popen(
+        [*command, "--local", "--catalog", str(catalog)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    seen = []
+    deadline = time.monotonic() + 60
+    for line in process.stdout:
+        seen.append(line)
+        if "slow-packer-started" in line:
+            break
+        assert time.monotonic() < deadline, "".join(seen)
+    else:
+        pytest.fail("the build ended before packer started:\n" + "".join(seen))
+    emulators = _emulators_of(process.pid)
+    assert len(emulators) == 1, "".join(seen)
+    return process, emulators[0]
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("layout", ["catalog.json", "catalog"])
+def test_sigterm_stops_the_build_like_ctrl_c_and_leaves_nothing_behind(
+    tmp_path: Path, slow_packer: Path, layout: str
+) -> None:
+    catalog = tmp_path / layout
+    record_entry(catalog, EXISTING)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*.json")}
+    process, emulator = _start_build(tmp_path, slow_packer, catalog)
+    process.send_signal(signal.SIGTERM)
+    rest, _ = process.communicate(timeout=60)
+    assert process.returncode == 143, rest
+    assert "terminated (SIGTERM)" in rest and "no AMI was recorded" in rest
+    assert "Traceback" not in rest
+    assert _gone(emulator, 10), "the emulator outlived the build"
+    assert not _pids(str(slow_packer / "packer")), "packer outlived the build"
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*.json")} == before
+
+
+def test_sigkill_of_the_build_takes_the_emulator_with_it(tmp_path: Path, slow_packer: Path) -> None:
+    catalog = tmp_path / "catalog"
+    record_entry(catalog, EXISTING)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*.json")}
+    process, emulator = _start_build(tmp_path, slow_packer, catalog)
+    process.kill()
+    process.communicate(timeout=30)
+    assert _gone(emulator, 10), "the emulator outlived a SIGKILLed build (no parent-death signal)"
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*.json")} == before
