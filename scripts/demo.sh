@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 stack_dir=stacks/training
 stack=p5-prod
-local_catalog=images/catalog.local.json
+local_catalog=images/catalog.local
 
 step() {
     printf '\n==> %s\n' "$*"
