@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 from image_helpers import BASE_AMI, MATRICES, REGION, load_matrix_data, variant, write_matrix
 
-from gpuforge.cli import main
+from gpuforge.cli import build_parser, main
 from gpuforge.images import image_cli
 from gpuforge.images.build import BootModeMismatch, BuildRequest, build_image
 from gpuforge.images.catalog import load_catalog, utc_timestamp
@@ -56,6 +57,8 @@ def test_a_build_registers_an_ami_tagged_with_the_matrix_and_records_it(
     built, ami_id, shown = _build(matrix_path, catalog, aws, packer_tool)
     assert built
     assert "Creating AMI" in shown and "Deleting temporary keypair" in shown
+    # packer lists the artifact again for the manifest post-processor; it is shown once.
+    assert shown.count("AMIs were created") == 1
 
     matrix, digest = load_valid(matrix_path)
     assert _gpuforge_tags(aws, ami_id) == ami_tags(matrix, digest)
@@ -257,3 +260,23 @@ def test_the_emulator_environment_for_packer_drops_real_credentials() -> None:
     assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == DUMMY_CREDENTIALS
     assert env["AWS_DEFAULT_REGION"] == REGION and env["PATH"] == "/usr/bin"
     assert Aws(REGION).packer_env(real)["AWS_PROFILE"] == "prod"  # real builds use the standard chain
+
+
+@pytest.mark.parametrize("command", ["render", "build", "list", "verify", "prune"])
+def test_every_image_flag_has_help_and_every_default_is_shown(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = build_parser("image")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["image", command, "--help"])
+    shown = capsys.readouterr().out
+    image = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["image"]
+    sub = next(a for a in image._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    for action in sub._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        assert action.help, f"image {command} {action.option_strings or action.dest} has no help"
+        if action.default not in (None, False, []) or action.option_strings == ["--catalog"]:
+            assert "default" in action.help, f"image {command} {action.option_strings}: default not shown"
+    if command == "build":
+        assert "(default: 10800)" in shown and "--copy-to REGION[,REGION...]" in shown

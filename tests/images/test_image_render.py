@@ -116,6 +116,12 @@ def test_provisioning_runs_every_step_in_order_and_reboots_after_the_kernel(tmp_
     reboot = text.index("sudo systemctl reboot")
     assert positions[0] < reboot < positions[1]
     assert text.index('provisioner "file"') < positions[0]
+    # After verification, the image's package list comes back for the SBOM (images/sbom.py).
+    download = text.index('direction   = "download"')
+    assert download > positions[-1]
+    assert (
+        '"/etc/gpuforge/packages.tsv"' in text[download:] and "${path.root}/packages.tsv" in text[download:]
+    )
 
 
 def test_local_render_differs_only_in_endpoint_credentials_check_communicator_and_provisioners() -> None:

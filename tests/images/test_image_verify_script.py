@@ -148,6 +148,10 @@ def test_a_node_that_matches_the_matrix_passes_and_gets_the_manifest(payload: Pa
     assert written["components"]["slurm"] == tags["slurm"] and written["components"]["pmix"] == tags["pmix"]
     # The node agent reads what the image pipeline writes.
     assert load_manifest(manifest_path).nvidia_driver == matrix.nvidia.driver
+    # The SBOM's package list: installed packages only (not the removed one), as dpkg-query reads them.
+    listed = (root / "etc" / "gpuforge" / "packages.tsv").read_text().splitlines()
+    assert f"libnccl2\t{matrix.nccl}\tamd64" in listed
+    assert len(listed) == 10 and not any("nvidia-driver-550" in line for line in listed)
 
 
 def _set(command: str, output: str) -> Callable[[Node], None]:
