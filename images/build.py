@@ -178,8 +178,9 @@ def build_image(
     expected = ami_tags(matrix, digest)
     client = aws.client()
 
-    existing = [image for image in ec2.images_with_digest(client, aws, digest) if image.state == "available"]
     catalog_before = load_catalog(request.catalog)
+    _check_account(request, catalog_before.lookup, digest, aws)
+    existing = [image for image in ec2.images_with_digest(client, aws, digest) if image.state == "available"]
     built_sbom: str | None
     if existing and not request.force:
         image = ec2.verify_image(client, aws, existing[0].ami_id, expected)
@@ -222,6 +223,24 @@ def build_image(
             f"(digest {digest[:12]}); recorded {where}, nothing built. Use --force to rebuild."
         )
     return BuildResult(entries[0], built=built, copies=tuple(entries[1:]))
+
+
+def _check_account(
+    request: BuildRequest, lookup: Callable[[str, str], CatalogEntry | None], digest: str, aws: ec2.Aws
+) -> None:
+    """Before building: the catalog must not record this matrix, in these regions, for another account."""
+    recorded = [e for r in (request.region, *request.copy_to) if (e := lookup(digest, r)) and e.account_id]
+    if not recorded:
+        return
+    account = aws.account()
+    for entry in recorded:
+        if entry.account_id != account:
+            raise InputError(
+                f"{request.catalog}: images.{digest}.{entry.region} records {entry.ami_id} of account "
+                f"{entry.account_id}, and these credentials are account {account}; a build here would give "
+                f"stacks an AMI of the wrong account. Fix: build with account {entry.account_id}'s credentials, "
+                "or give each account its own catalog (--catalog). Nothing was built or recorded."
+            )
 
 
 def _build_new(

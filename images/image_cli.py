@@ -327,6 +327,11 @@ def _list(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
     for row in (header, *rows):
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    if catalog.shadowed:
+        replaced = ", ".join(_printable(f"{e.ami_id} ({e.region})") for e in catalog.shadowed)
+        print(
+            f"shadowed by newer records of the same matrix and region (image prune removes them): {replaced}"
+        )
     return 0
 
 

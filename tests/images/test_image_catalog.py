@@ -260,3 +260,13 @@ def test_removing_the_last_entry_of_a_record_deletes_it_and_its_sbom(tmp_path: P
     remove_entry(folder, home)
     assert load_catalog(folder).entries == ()
     assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == [".lock"]
+
+
+def test_a_malformed_record_in_a_folder_is_named_by_its_file(tmp_path: Path) -> None:
+    folder = tmp_path / "catalog"
+    record_entry(folder, ENTRY)
+    bad = folder / "broken-record.json"
+    bad.write_text(json.dumps({"schema": 2, "images": {DIGEST: {"eu-west-1": ENTRY.to_json()}}}))
+    with pytest.raises(InputError, match="filed under another key") as caught:
+        load_catalog(folder)
+    assert caught.value.message.startswith(f"{bad}: ")

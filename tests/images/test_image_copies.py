@@ -11,7 +11,7 @@ from image_helpers import REGION, variant
 
 from gpuforge.errors import InputError
 from gpuforge.images.build import BuildRequest, BuildResult, build_image
-from gpuforge.images.catalog import load_catalog
+from gpuforge.images.catalog import CatalogEntry, load_catalog, record_entry
 from gpuforge.images.ec2 import Aws
 from gpuforge.images.emulator import DUMMY_CREDENTIALS, LocalAws
 from gpuforge.images.matrix import load_valid
@@ -125,3 +125,30 @@ def test_bad_copy_and_share_targets_stop_the_build_before_any_aws_call(
     with pytest.raises(InputError, match=expected):
         _build(request, unreachable, packer_tool)
     assert not catalog.exists()
+
+
+def test_a_catalog_entry_of_another_account_stops_the_build_before_packer_runs(
+    tmp_path: Path, aws: Aws, packer_tool: Packer
+) -> None:
+    matrix_path = variant(tmp_path, "copy-foreign")
+    matrix, digest = load_valid(matrix_path)
+    catalog = tmp_path / "catalog"
+    theirs = CatalogEntry(
+        "ami-0aaaaaaaaaaaaaaaa", WEST, matrix.name, matrix.version, digest, "2026-01-31T12:00:00+00:00", "1.11.2",
+        account_id="111111111111",
+    )  # fmt: skip
+    record_entry(catalog, theirs)
+    before = {p.name: p.read_bytes() for p in catalog.rglob("*.json")}
+    request = BuildRequest(matrix_path, REGION, catalog, timeout_s=300, copy_to=(WEST,))
+    with pytest.raises(InputError) as caught:
+        _build(request, aws, packer_tool)
+    message = caught.value.message
+    assert (
+        f"{catalog}: images.{digest}.{WEST} records ami-0aaaaaaaaaaaaaaaa of account 111111111111" in message
+    )
+    assert "these credentials are account 123456789012" in message and "Fix: build with account" in message
+    assert {p.name: p.read_bytes() for p in catalog.rglob("*.json")} == before
+    built = aws.client().describe_images(
+        Owners=["self"], Filters=[{"Name": "tag:gpuforge:matrix-digest", "Values": [digest]}]
+    )["Images"]
+    assert built == []  # refused before packer ran

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +18,7 @@ from gpuforge.images.ec2 import Aws
 from gpuforge.images.emulator import DUMMY_CREDENTIALS, LocalAws
 from gpuforge.images.packer import Packer
 from gpuforge.images.progress import Progress
-from gpuforge.images.prune import ForeignAmi, PrunePinned, prune
+from gpuforge.images.prune import ForeignAmi, PrunePinned, prune, superseded
 
 BASE = "g6-dev-cuda12"  # the matrix the shipped dev stack uses, so a stack file can pin it
 
@@ -138,3 +139,21 @@ def test_an_ami_of_another_account_is_refused_naming_the_file_and_key(
     assert f"images.{old.matrix_digest}.{REGION}: {old.ami_id} belongs to account 111111111111" in message
     assert "these credentials are account 123456789012" in message and str(catalog) in message
     assert _bytes(catalog) == before and _alive(aws, old.ami_id)
+
+
+def test_image_list_names_the_shadowed_entries_prune_will_remove(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "catalog"
+    folder.mkdir()
+    base = CatalogEntry("ami-0000000a", REGION, "m", "1.0.0", "d" * 64, "2026-01-01T00:00:00+00:00", "1.6.6")
+    newer = replace(base, ami_id="ami-0000000b", built_at="2026-02-01T00:00:00+00:00")
+    for name, entry in (("one.json", base), ("two.json", newer)):
+        (folder / name).write_text(
+            json.dumps({"schema": 2, "images": {entry.matrix_digest: {REGION: entry.to_json()}}})
+        )
+    assert main(["image", "list", "--catalog", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "ami-0000000b" in out.splitlines()[1]
+    assert out.splitlines()[-1].endswith("(image prune removes them): ami-0000000a (us-east-1)")
+    assert superseded(load_catalog(folder), keep=5) == [base]
