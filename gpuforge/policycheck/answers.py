@@ -50,7 +50,7 @@ class MockAnswers:
 
 def load_answers(path: Path) -> MockAnswers:
     """Read a mock-answers file; InputError names the file, the key and the fix."""
-    path = path.expanduser().resolve()
+    path = path.expanduser().absolute()
     loader = load_json if path.suffix == ".json" else load_yaml
     data = loader(path, what="mock-answers file", fix=FIX)
     if not isinstance(data, dict) or set(data) != {INVOKES_KEY}:

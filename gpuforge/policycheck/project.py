@@ -74,12 +74,13 @@ def load_project(
     `overrides` are set on top of the files (a value of None removes the key), as
     `pulumi config set` would set them; the pytest plugin passes its `config=` here.
     """
-    directory = directory.expanduser().resolve()
-    if not directory.is_dir():
+    directory = directory.expanduser()
+    if not _is_dir(directory):
         raise InputError(
             f"{directory}: not a folder. Fix: point gpuforge policy check at the folder that holds the "
             "program's Pulumi.yaml."
         )
+    directory = directory.resolve()
     project_file, data = _project_file(directory)
     name = data.get("name")
     if not isinstance(name, str) or not name:
@@ -96,14 +97,13 @@ def load_project(
     secrets: set[str] = set()
     if stack_file is not None:
         raw = _stack_config(stack_file)
+        given = engine_config(stack_file, raw)  # refuses keys that are not strings
+        values.update({_namespaced(name, key): value for key, value in given.items()})
         secrets = {
             _namespaced(name, key)
             for key, value in raw.items()
             if isinstance(value, dict) and set(value) == {"secure"}
         }
-        values.update(
-            {_namespaced(name, key): value for key, value in engine_config(stack_file, raw).items()}
-        )
     for key, value in (overrides or {}).items():
         full = _namespaced(name, key)
         if value is None:
@@ -123,7 +123,7 @@ def load_project(
 
 
 def _project_file(directory: Path) -> tuple[Path, dict[str, Any]]:
-    path = next((directory / name for name in PROJECT_FILES if (directory / name).exists()), None)
+    path = next((directory / name for name in PROJECT_FILES if _exists(directory / name)), None)
     if path is None:
         raise InputError(
             f"{directory}: no Pulumi.yaml. Fix: point gpuforge policy check at a Pulumi project folder "
@@ -151,7 +151,7 @@ def _check_runtime(project_file: Path, runtime: Any) -> None:
 def _relative_dir(project_file: Path, directory: Path, value: Any, key: str) -> Path:
     if value is None:
         return directory
-    if not isinstance(value, str) or not (directory / value).is_dir():
+    if not isinstance(value, str) or not _is_dir(directory / value):
         raise InputError(
             f"{project_file}: {key} = {value!r} is not a folder under {directory}. "
             f"Fix: give the folder's path relative to Pulumi.yaml ({PROJECT_DOC})."
@@ -165,23 +165,23 @@ def _program(project_file: Path, directory: Path, main: Any) -> Path:
             f"{project_file}: main = {main!r}: expected the program's folder or file as a path relative "
             f"to Pulumi.yaml. Fix: write e.g. `main: infra/` ({PROJECT_DOC})."
         )
-    target = (directory / main).resolve() if main else directory
-    program = target / PROGRAM if target.is_dir() else target
-    if not program.is_file() or program.suffix != ".py":
+    target = directory / main if main else directory
+    program = target / PROGRAM if _is_dir(target) else target
+    if not _is_file(program) or program.suffix != ".py":
         where = f"main = {main!r} in {project_file}" if main else f"the project folder {directory}"
         raise InputError(
             f"{program}: no such Python program ({where}). Fix: put the program in {PROGRAM} beside "
             "Pulumi.yaml, or point `main:` at its folder or .py file."
         )
-    return program
+    return program.resolve()
 
 
 def _stack_file(stack_dir: Path, stack: str | None, config_file: Path | None) -> tuple[str, Path | None]:
     """The stack's name and config file, chosen as the Pulumi CLI chooses them."""
     shipped = sorted(path.name[len("Pulumi.") : -len(".yaml")] for path in stack_dir.glob("Pulumi.*.yaml"))
     if config_file is not None:
-        path = config_file.expanduser().resolve()
-        if not path.is_file():
+        path = config_file.expanduser().absolute()
+        if not _is_file(path):
             raise InputError(f"{path}: no such config file. Fix: pass --config-file with an existing file.")
         if stack is not None:
             return stack, path
@@ -199,7 +199,7 @@ def _stack_file(stack_dir: Path, stack: str | None, config_file: Path | None) ->
             "--config-file FILE."
         )
     path = stack_dir / f"Pulumi.{stack}.yaml"
-    if not path.is_file():
+    if not _is_file(path):
         raise InputError(
             f"{path}: no such stack file. Fix: pass --stack with one of this project's stacks "
             f"({', '.join(shipped) or 'none'}), or --config-file with the stack's config."
@@ -250,6 +250,22 @@ def _project_config(project_file: Path, project: str, config: Any) -> dict[str, 
         else:
             plain[key] = entry
     return {_namespaced(project, key): value for key, value in engine_config(project_file, plain).items()}
+
+
+def _exists(path: Path) -> bool:
+    """False also for a path no file can have (a NUL byte, a name longer than the system allows)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
+def _is_dir(path: Path) -> bool:
+    return _exists(path) and path.is_dir()
+
+
+def _is_file(path: Path) -> bool:
+    return _exists(path) and path.is_file()
 
 
 def _namespaced(project: str, key: str) -> str:
