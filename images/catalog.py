@@ -243,13 +243,16 @@ def _legacy_beside(folder: Path) -> None:
         )
 
 
-def _snapshot(folder: Path) -> tuple[tuple[str, int], ...]:
-    """The record files and their inodes: every write is a rename, so any write changes this."""
+def _snapshot(folder: Path) -> tuple[tuple[str, int], ...] | None:
+    """The record files and their inodes: every write is a rename, so any write changes this.
+
+    None when a record vanished between the listing and the stat (a prune): read again.
+    """
     try:
         names = sorted(p for p in folder.glob("*.json") if not p.name.startswith("."))
         return tuple((p.name, p.stat().st_ino) for p in names)
     except FileNotFoundError:
-        return ()  # a record pruned away between the listing and the stat: the caller reads again
+        return None
     except OSError as error:
         raise InputError(
             f"{folder}: cannot list the AMI catalog folder ({error.strerror}). Fix: make it readable."
@@ -260,6 +263,8 @@ def _load_folder(folder: Path) -> Catalog:
     _legacy_beside(folder)
     for _ in range(READ_ATTEMPTS):
         before = _snapshot(folder)
+        if before is None:
+            continue
         per_file = [(folder / name, _load_file(folder / name)) for name, _ in before]
         if _snapshot(folder) == before:
             return _merge(folder, per_file)

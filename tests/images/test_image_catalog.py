@@ -144,8 +144,15 @@ def test_concurrent_builds_finishing_at_once_all_land(tmp_path: Path, layout: st
         subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(worker), "15"], cwd=tmp_path)
         for worker in range(3)
     ]
+    seen = [0]
+    while any(writer.poll() is None for writer in writers):
+        # A reader during the writes sees whole files only, and never loses an entry it saw.
+        count = len(load_catalog(path).entries)
+        assert count >= seen[-1]
+        seen.append(count)
     for writer in writers:
         assert writer.wait(timeout=120) == 0
+    assert len(seen) > 2  # the reader did read while the writers wrote
     catalog = load_catalog(path)
     assert len(catalog.entries) == 45
     assert {e.ami_id for e in catalog.entries} == {f"ami-{w:04x}{i:04x}" for w in range(3) for i in range(15)}
