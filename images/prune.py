@@ -25,7 +25,6 @@ from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.images import ec2
 from gpuforge.images.catalog import REPO_ROOT, Catalog, CatalogEntry, load_catalog, remove_entry
 from gpuforge.images.matrix import load_valid
-from gpuforge.stack_config import load_stack_config
 
 DEFAULT_STACKS = REPO_ROOT / "stacks"
 DEFAULT_KEEP = 2
@@ -67,6 +66,10 @@ def stack_pins(stacks_dir: Path, catalog: Catalog) -> list[Pin]:
     A stack file or matrix that cannot be read stops the prune (InputError): what it pins
     cannot be known, so nothing may be removed.
     """
+    # Imported here: the stack config pulls in the Pulumi components' rules, which no other
+    # image command needs, so `image build` keeps working without them.
+    from gpuforge.stack_config import load_stack_config
+
     pins: list[Pin] = []
     for path, stack in _stack_files(stacks_dir):
         config = load_stack_config(path.parent, stack)
