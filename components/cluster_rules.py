@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from gpuforge import hardware
 from gpuforge.components.input_errors import invalid
 from gpuforge.errors import UnknownInstanceType
+from gpuforge.subnet_limits import SUBNET_RESERVED_ADDRESSES, SUBNET_SIZING_SOURCE
 
 if TYPE_CHECKING:
     from gpuforge.components.specs import CapacitySpec, NodeMode, PlacementStrategy
@@ -38,14 +39,6 @@ CAPACITY_BLOCK_PLACEMENT_SOURCE = (
 CAPACITY_BLOCK_MAX_DURATION = timedelta(days=182)
 CAPACITY_BLOCK_SOURCE = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-capacity-blocks.html"
 
-# AWS reserves five addresses of every subnet (the first four and the last), and the largest
-# subnet is a /16 (a VPC block is /16 to /28). Each node needs at least one address, so no
-# cluster in one subnet (a cluster placement group is one zone, gpuforge uses one subnet)
-# can have more nodes than this.
-# Source: https://docs.aws.amazon.com/vpc/latest/userguide/subnet-sizing.html
-SUBNET_RESERVED_ADDRESSES = 5
-SUBNET_SIZING_SOURCE = "https://docs.aws.amazon.com/vpc/latest/userguide/subnet-sizing.html"
-MAX_NODE_COUNT = 2**16 - SUBNET_RESERVED_ADDRESSES
 
 # A partition placement group has up to seven partitions per Availability Zone.
 # Source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/placement-strategies.html

@@ -30,6 +30,7 @@ from pydantic import (
 
 from gpuforge.components import cluster_rules, lustre_rules
 from gpuforge.components.input_errors import from_validation_error, invalid
+from gpuforge.subnet_limits import MAX_NODE_COUNT
 
 CapacityType = Literal["on-demand", "reservation", "capacity-block"]
 NodeMode = Literal["asg", "instances"]
@@ -340,7 +341,7 @@ class GpuClusterSpec(_Spec):
 
     name: str
     instance_type: str
-    node_count: int = Field(ge=1, le=cluster_rules.MAX_NODE_COUNT)
+    node_count: int = Field(ge=1, le=MAX_NODE_COUNT)
     node_mode: NodeMode = "asg"
     availability_zone: str
     ami: AmiPin

@@ -82,6 +82,7 @@ from gpuforge.components.specs import (
 )
 from gpuforge.errors import InputError
 from gpuforge.loading import load_yaml
+from gpuforge.subnet_limits import MAX_NODE_COUNT
 
 NAMESPACE = "gpuforge"
 REGION_KEY = "aws:region"
@@ -159,7 +160,7 @@ class _GpuforgeKeys(_Strict):
 
     matrix: StrictStr = Field(min_length=1)
     instanceType: StrictStr = Field(min_length=1)  # the field names are the config keys
-    nodeCount: StrictInt = Field(ge=1, le=cluster_rules.MAX_NODE_COUNT)  # what one subnet can hold
+    nodeCount: StrictInt = Field(ge=1, le=MAX_NODE_COUNT)  # what one subnet can hold
     nodeMode: NodeMode
     availabilityZone: StrictStr = Field(min_length=1)
     capacity: _CapacityKeys

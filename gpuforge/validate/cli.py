@@ -181,12 +181,14 @@ def write_plot(path: Path, svg: str) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from gpuforge.subnet_limits import MAX_NODE_COUNT
     from gpuforge.validate.floors import floors_for
     from gpuforge.validate.report import judge_files
 
-    if args.nodes < 1:
+    if not 1 <= args.nodes <= MAX_NODE_COUNT:
         raise InputError(
-            f"--nodes {args.nodes}: a run spans at least one node. Fix: pass the number of nodes it ran on."
+            f"--nodes {args.nodes}: a run spans 1 to {MAX_NODE_COUNT} nodes (the most one subnet can address). "
+            "Fix: pass the number of nodes it ran on."
         )
     floors = floors_for(args.instance_type)
     report = judge_files([(str(path), read_output(path)) for path in args.files], floors, args.nodes)

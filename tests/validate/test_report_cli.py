@@ -63,6 +63,7 @@ def test_text_view_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     [
         (["--instance-type", "g5.xlarge", "--nodes", "2", H100], "no all-reduce floor for it"),
         (["--instance-type", "p5.48xlarge", "--nodes", "0", H100], "--nodes 0"),
+        (["--instance-type", "p5.48xlarge", "--nodes", str(10**20), H100], "spans 1 to 65531 nodes"),
         (["--instance-type", "p5.48xlarge", "--nodes", "2", "/nonexistent/out.txt"], "/nonexistent/out.txt"),
     ],
 )
