@@ -106,18 +106,22 @@ def _gone(pid: int, within_s: float) -> bool:
     return False
 
 
+@pytest.mark.parametrize(
+    ("sent", "code", "said"),
+    [(signal.SIGTERM, 143, "terminated (SIGTERM)"), (signal.SIGINT, 130, "interrupted")],
+)
 @pytest.mark.parametrize("layout", ["catalog.json", "catalog"])
 def test_sigterm_stops_the_build_like_ctrl_c_and_leaves_nothing_behind(
-    tmp_path: Path, slow_packer: Path, layout: str
+    tmp_path: Path, slow_packer: Path, layout: str, sent: signal.Signals, code: int, said: str
 ) -> None:
     catalog = tmp_path / layout
     record_entry(catalog, EXISTING)
     before = {p: p.read_bytes() for p in tmp_path.rglob("*.json")}
     process, emulator = _start_build(tmp_path, slow_packer, catalog)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(sent)
     rest, _ = process.communicate(timeout=60)
-    assert process.returncode == 143, rest
-    assert "terminated (SIGTERM)" in rest and "no AMI was recorded" in rest
+    assert process.returncode == code, rest
+    assert said in rest and "no AMI was recorded" in rest
     assert "Traceback" not in rest
     assert _gone(emulator, 10), "the emulator outlived the build"
     assert not _pids(str(slow_packer / "packer")), "packer outlived the build"
