@@ -16,11 +16,13 @@ many stacks in one process.
 from __future__ import annotations
 
 import contextvars
+import os
 import runpy
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pulumi
 from pulumi.runtime.settings import SETTINGS, get_root_resource
@@ -79,7 +81,8 @@ def _run_isolated(
     outputs: dict[str, Any] = {}
 
     async def run() -> None:
-        runpy.run_path(str(program), run_name="__main__")
+        with _exits_refused(program):
+            runpy.run_path(str(program), run_name="__main__")
         root = get_root_resource()
         stack_outputs: Mapping[str, Any] = getattr(root, "outputs", {})
         for name, value in stack_outputs.items():
@@ -92,6 +95,33 @@ def _run_isolated(
             raise error.__cause__ from None
         raise
     return ProgramRun(mocks=mocks, outputs=outputs)
+
+
+@contextmanager
+def _exits_refused(program: Path) -> Iterator[None]:
+    """Run a program so that it cannot end the check: a verdict must come from what it registered.
+
+    Under `pulumi up` a program that exits early fails the update; here `sys.exit(0)` or
+    `os._exit(0)` would otherwise end gpuforge with a success code and no verdict, a false pass
+    in CI. Both become a bad-input error naming the call."""
+
+    def refuse(code: object = None) -> NoReturn:
+        raise InputError(
+            f"{program}: the program called os._exit({code!r}) before it finished. Fix: let the program "
+            "return; a Pulumi program reports a problem by raising an exception (pulumi.RunError)."
+        )
+
+    real_exit = os._exit
+    os._exit = refuse  # type: ignore[assignment]
+    try:
+        yield
+    except SystemExit as stop:
+        raise InputError(
+            f"{program}: the program called sys.exit({stop.code!r}) before it finished. Fix: let the program "
+            "return; a Pulumi program reports a problem by raising an exception (pulumi.RunError)."
+        ) from None
+    finally:
+        os._exit = real_exit
 
 
 def stack_program(config: StackConfig) -> Path:

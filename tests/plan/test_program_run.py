@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -89,6 +90,19 @@ def test_a_run_error_from_gpuforge_input_comes_back_as_that_error(program: Path)
 def test_other_run_errors_pass_through(program: Path) -> None:
     with pytest.raises(pulumi.RunError, match="a plain RunError"):
         run_program(program, project="p", stack="s", config={"gpuforge:nodeCount": "-1"}, region="us-west-2")
+
+
+@pytest.mark.parametrize(
+    "call", ["import sys; sys.exit(0)", "import sys; sys.exit(3)", "import os; os._exit(0)"]
+)
+def test_a_program_that_exits_instead_of_returning_is_bad_input_not_a_pass(tmp_path: Path, call: str) -> None:
+    # An exit with code 0 would otherwise end gpuforge with success and no verdict: a false pass in CI.
+    program = tmp_path / "__main__.py"
+    program.write_text(f"import pulumi\n{call}\n", encoding="utf-8")
+    name = call.split("; ")[1].split("(")[0]
+    with pytest.raises(InputError, match=rf"{program}: the program called {name}\("):
+        run_program(program, project="p", stack="s", config={}, region="us-west-2")
+    assert os._exit.__name__ == "_exit"  # restored for the rest of the process
 
 
 def test_the_stack_program_itself_refuses_an_unknown_key_from_the_engine(catalog_path: Path) -> None:
