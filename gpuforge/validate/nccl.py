@@ -81,8 +81,6 @@ def _sweep(minimum: int, maximum: int, step: int, kind: str) -> list[int] | None
     return sizes if len(sizes) <= MAX_SWEEP_SIZES else None
 
 
-
-
 def parse_nccl(text: str) -> NcclRun:
     """Parse one all_reduce_perf output; problems are collected, never raised."""
     run = NcclRun()
