@@ -119,3 +119,26 @@ def test_region_partition_identity_and_zones_are_answered(tmp_path: Path) -> Non
     assert outputs["account"] == "123456789012"
     assert outputs["zones"] == ["eu-west-1a", "eu-west-1c"]
     assert outputs["zone_ids"] == ["eu-west-1-az1", "eu-west-1-az3"]
+
+
+def test_a_launch_template_from_an_output_lookup_is_refused_naming_the_lookup(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.yaml").write_text("name: fleet\nruntime: python\n", encoding="utf-8")
+    (tmp_path / "Pulumi.dev.yaml").write_text("config:\n  aws:region: us-east-1\n", encoding="utf-8")
+    program = """
+        import pulumi_aws as aws
+
+        image = aws.ec2.get_ami_output(
+            most_recent=True, owners=["amazon"], filters=[{"name": "name", "values": ["al2023-ami-*"]}]
+        )
+        aws.ec2.LaunchTemplate("nodes", image_id=image.id, instance_type="g5.xlarge")
+    """
+    (tmp_path / "__main__.py").write_text(textwrap.dedent(program), encoding="utf-8")
+    result = check(tmp_path)
+    (lookup,) = result.lookups
+    assert not lookup.pinned
+    (template,) = [r for r in result.resources if r.type == "aws:ec2/launchTemplate:LaunchTemplate"]
+    assert template.inputs["imageId"] == lookup.ami_id
+    (verdict,) = [v for v in result.verdicts if v.policy == "ami-pinned"]
+    assert verdict.urn == template.urn and verdict.enforcement == "mandatory"
+    assert f"That id stands for the lookup {lookup.describe()}" in verdict.message
+    assert "'al2023-ami-*' is a wildcard" in verdict.message
