@@ -27,7 +27,7 @@ config:
     controllerInstanceType: m7i.2xlarge # a CPU type: the controller runs no jobs
     partitions:                         # optional: one `gpu` partition holding every node
       - {name: gpu, maxTime: "2-00:00:00", default: true}
-  gpuforge:catalog: ../../images/catalog.local.json  # optional, relative to the stack directory
+  gpuforge:catalog: ../../images/catalog.local  # optional, relative to the stack directory
 ```
 
 Relative paths (`gpuforge:matrix`, `gpuforge:catalog`) are resolved against the

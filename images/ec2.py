@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import botocore.session
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ProfileNotFound
 
-from gpuforge.errors import GpuforgeError
+from gpuforge.errors import GpuforgeError, no_aws_credentials
 from gpuforge.images.tags import MATRIX_DIGEST_TAG, TagMismatch, compare_tags
 
 if TYPE_CHECKING:
@@ -152,7 +152,15 @@ class Image:
         )
 
 
-def _aws_failure(call: str, aws: Aws, error: Exception) -> AwsError:
+def _aws_failure(call: str, aws: Aws, error: Exception) -> GpuforgeError:
+    """A failed AWS call (exit 1); no credentials or an unknown profile is the environment to fix (exit 2),
+    as in preflight."""
+    if isinstance(error, NoCredentialsError):
+        return no_aws_credentials("gpuforge image")
+    if isinstance(error, ProfileNotFound):
+        return GpuforgeError(
+            f"{error}. Fix: set AWS_PROFILE to a profile in ~/.aws/config, or unset it to use the default chain."
+        )
     where = f" at {aws.endpoint_url}" if aws.endpoint_url else ""
     if isinstance(error, ClientError):
         detail = error.response.get("Error", {})

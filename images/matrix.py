@@ -178,7 +178,7 @@ def read_yaml(path: Path) -> Any:
     return load_yaml(
         path,
         what="matrix",
-        fix="pass a matrix file (start from one under images/matrices/) and correct the YAML at that line",
+        fix="pass a matrix YAML file (start from one under images/matrices/); for a YAML error, correct the file where it points",
     )
 
 

@@ -17,14 +17,29 @@ def register(subparsers: Any) -> None:
     matrix = subparsers.add_parser("matrix", help="check and show image matrices")
     commands = matrix.add_subparsers(dest="matrix_command", required=True, metavar="SUBCOMMAND")
 
-    check = commands.add_parser("check", help="check matrices: exact pins and compatibility rules")
-    check.add_argument("files", nargs="+", type=Path, metavar="FILE")
-    check.add_argument("--json", action="store_true", help="print a JSON report")
+    check = commands.add_parser(
+        "check",
+        help="check matrices: exact pins and compatibility rules",
+        description="Checks each matrix: its shape, exact pins, checksums and their sources, and every "
+        "compatibility rule with the source of its fact (README: Rules). Exit 0 when every file passes "
+        "(warnings allowed), 1 when one has an error, 2 when one cannot be read.",
+    )
+    check.add_argument("files", nargs="+", type=Path, metavar="FILE", help="matrix YAML files")
+    check.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON report: {files: [{path, digest, findings: [{rule, severity, field, message, source}]}]}",
+    )
     check.set_defaults(handler=_check)
 
-    show = commands.add_parser("show", help="print the normalized matrix and its digest")
-    show.add_argument("file", type=Path, metavar="FILE")
-    show.add_argument("--json", action="store_true", help="print JSON")
+    show = commands.add_parser(
+        "show",
+        help="print the normalized matrix and its digest",
+        description="Prints the matrix as its digest hashes it. Exit 0; 1 when it fails its check (the "
+        "findings are printed); 2 when it cannot be read.",
+    )
+    show.add_argument("file", type=Path, metavar="FILE", help="a matrix YAML file")
+    show.add_argument("--json", action="store_true", help="print {path, digest, matrix} as JSON")
     show.set_defaults(handler=_show)
 
 

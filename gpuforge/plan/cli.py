@@ -23,7 +23,8 @@ def register(subparsers: Any) -> None:
         "plan",
         help="run a stack's Pulumi program offline (SDK mocks) and show its resources, summary and policy verdicts",
         description="Runs STACK_DIR/__main__.py with the config of STACK_DIR/Pulumi.<stack>.yaml under the "
-        "Pulumi SDK's mocks: no AWS account, Pulumi CLI or provider plugin.",
+        "Pulumi SDK's mocks: no AWS account, Pulumi CLI or provider plugin. Exit 0 when no mandatory "
+        "policy fails, 1 when one does, 2 for bad config (the message names the file and the key).",
     )
     add_stack_arguments(parser)
     output = parser.add_mutually_exclusive_group()

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuforge.errors import GpuforgeError
+from gpuforge.errors import GpuforgeError, no_aws_credentials
 from gpuforge.preflight.report import Check, fail
 
 if TYPE_CHECKING:
@@ -44,14 +44,6 @@ IAM_ACTIONS: Mapping[str, str] = {
 # UnauthorizedOperation, Service Quotas AccessDeniedException, S3 AccessDenied.
 # (HeadBucket has no response body; its bare 403 is read in the bucket check.)
 ACCESS_DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation"})
-
-NO_CREDENTIALS = (
-    "no AWS credentials found. preflight reads the account with boto3's standard credential chain: "
-    "AWS_PROFILE (a profile in ~/.aws/config or ~/.aws/credentials, SSO included), "
-    "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or a container or instance role. "
-    "Fix: sign in (e.g. `aws sso login --profile NAME` and `export AWS_PROFILE=NAME`) or export access keys, "
-    "then run preflight again."
-)
 
 
 @dataclass(frozen=True)
@@ -83,7 +75,7 @@ class AwsClients:
                 f"{error}. Fix: set AWS_PROFILE to a profile in ~/.aws/config, or unset it to use the default chain."
             ) from None
         if session.get_credentials() is None:
-            raise GpuforgeError(NO_CREDENTIALS)
+            raise no_aws_credentials("gpuforge preflight")
         config = Config(retries={"mode": "standard"})
         ec2 = session.client("ec2", config=config)
         return cls(

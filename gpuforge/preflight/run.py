@@ -14,9 +14,9 @@ from pathlib import Path
 
 from gpuforge import hardware
 from gpuforge.components.specs import AmiPin
-from gpuforge.errors import GpuforgeError, InputError
+from gpuforge.errors import GpuforgeError, InputError, no_aws_credentials
 from gpuforge.preflight import ami, capacity, offering, quota, storage
-from gpuforge.preflight.aws import NO_CREDENTIALS, AwsClients, failed_call
+from gpuforge.preflight.aws import AwsClients, failed_call
 from gpuforge.preflight.report import Check, fail
 from gpuforge.stack_config import StackConfig, load_stack_config, resolve_ami
 
@@ -38,7 +38,7 @@ def _guarded(check_id: str, step: Callable[[], Check]) -> Check:
     try:
         return step()
     except NoCredentialsError:
-        raise GpuforgeError(NO_CREDENTIALS) from None
+        raise no_aws_credentials("gpuforge preflight") from None
     except ClientError as error:
         return failed_call(check_id, error)
     except ResponseParserError:

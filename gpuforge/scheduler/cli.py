@@ -28,7 +28,9 @@ def register(subparsers: Any) -> None:
     render = commands.add_parser(
         "render",
         help="write slurm.conf, gres.conf, cgroup.conf (and topology.conf) for a stack",
-        description="Renders the files the stack's Slurm controller serves to its nodes (configless mode).",
+        description="Renders the files the stack's Slurm controller serves to its nodes (configless mode). "
+        "Exit 0 when written; 2 for bad config, a --slurm-version other than the matrix's pin, or a folder "
+        "that cannot be written.",
     )
     render.add_argument(
         "stack_dir", type=Path, metavar="STACK_DIR", help="the Pulumi project, e.g. stacks/training"

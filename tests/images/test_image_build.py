@@ -11,10 +11,11 @@ import pytest
 from image_helpers import BASE_AMI, MATRICES, REGION, load_matrix_data, variant, write_matrix
 
 from gpuforge.cli import build_parser, main
+from gpuforge.errors import GpuforgeError
 from gpuforge.images import image_cli
 from gpuforge.images.build import BootModeMismatch, BuildRequest, build_image
 from gpuforge.images.catalog import load_catalog, utc_timestamp
-from gpuforge.images.ec2 import Aws, AwsError, BaseImageMissing, VerificationFailed
+from gpuforge.images.ec2 import Aws, BaseImageMissing, VerificationFailed
 from gpuforge.images.emulator import DUMMY_CREDENTIALS, LocalAws
 from gpuforge.images.matrix import load_valid
 from gpuforge.images.packer import Packer, PackerFailed
@@ -244,8 +245,35 @@ def test_cli_build_refuses_an_invalid_matrix(tmp_path: Path, capsys: pytest.Capt
 
 def test_a_broken_aws_configuration_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_PROFILE", "no-such-profile-anywhere")
-    with pytest.raises(AwsError, match=r"no-such-profile-anywhere.*Fix: check the AWS credentials"):
+    with pytest.raises(GpuforgeError, match=r"no-such-profile-anywhere.*Fix: set AWS_PROFILE") as caught:
         Aws(REGION).client()
+    assert caught.value.exit_code == 2  # as preflight has it: the environment to fix, not a failed build
+
+
+def test_a_build_without_credentials_exits_2_as_preflight_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    catalog = tmp_path / "catalog"
+    code = main(
+        [
+            "image",
+            "build",
+            str(MATRICES / "p5-h100-cuda12.yaml"),
+            "--region",
+            REGION,
+            "--catalog",
+            str(catalog),
+        ]
+    )
+    error = capsys.readouterr().err
+    assert code == 2
+    assert error.startswith("gpuforge: error: no AWS credentials found. gpuforge image calls AWS")
+    assert "Fix: sign in" in error and not catalog.exists()
 
 
 def test_the_emulator_environment_for_packer_drops_real_credentials() -> None:
