@@ -105,6 +105,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     argv = list(args.argv)
     parser = _report_parser() if argv[:1] == ["report"] else _run_parser()
     parsed = parser.parse_args(argv[1:] if argv[:1] == ["report"] else argv)
+    # gpuforge.cli reads --json from the namespace it parsed, to answer an error with a JSON object.
+    args.json = parsed.json
     handler: Any = parsed.handler
     return int(handler(parsed))
 

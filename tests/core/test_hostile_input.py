@@ -371,10 +371,22 @@ def test_render_into_an_unwritable_place_is_exit_2(
     assert "cannot create the output folder" in capsys.readouterr().err
 
 
-def test_json_commands_print_a_json_error_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["matrix", "show", "{bad}", "--json"],
+        ["image", "list", "--catalog", "{bad}", "--json"],
+        ["node", "check", "--manifest", "{bad}", "--json"],
+        ["validate", "report", "--instance-type", "p5.48xlarge", "--nodes", "2", "{bad}", "--json"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_json_commands_print_a_json_error_object(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "bad.json"
     bad.write_bytes(b"\xff")
-    assert main(["matrix", "show", str(bad), "--json"]) == 2
+    assert main([str(bad) if arg == "{bad}" else arg for arg in argv]) == 2
     captured = capsys.readouterr()
     error = json.loads(captured.out)["error"]
     assert error["exit_code"] == 2 and "not UTF-8 text" in error["message"]
