@@ -75,7 +75,7 @@ class ImageSources:
 
         Raises InputError when the catalog or the matrices folder cannot be read.
         """
-        catalog = _catalog(str(self.catalog_path), _stamp(self.catalog_path))
+        catalog = _catalog(str(self.catalog_path), _catalog_stamp(self.catalog_path))
         index = self.matrices()
         return [
             PinnedImage(entry, index.by_digest.get(entry.matrix_digest))
@@ -88,7 +88,7 @@ class ImageSources:
 
     def recorded(self) -> int:
         """How many AMIs the catalog records (for messages)."""
-        return len(_catalog(str(self.catalog_path), _stamp(self.catalog_path)).entries)
+        return len(_catalog(str(self.catalog_path), _catalog_stamp(self.catalog_path)).entries)
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -102,6 +102,16 @@ def _stamp(path: Path) -> tuple[int, int]:
     return status.st_mtime_ns, status.st_size
 
 
+def _catalog_stamp(path: Path) -> tuple[tuple[str, int, int], ...]:
+    """What changes when the catalog changes: its file's stamp, or each record's in a catalog folder.
+
+    A folder's own mtime would miss a record rewritten in place within one timestamp tick; each
+    record's name, mtime and size do not."""
+    if path.is_dir():
+        return tuple((record.name, *_stamp(record)) for record in sorted(path.glob("*.json")))
+    return ((path.name, *_stamp(path)),)
+
+
 def _folder_stamp(folder: Path) -> tuple[tuple[str, int, int], ...]:
     if not folder.is_dir():
         raise InputError(
@@ -112,7 +122,7 @@ def _folder_stamp(folder: Path) -> tuple[tuple[str, int, int], ...]:
 
 
 @lru_cache(maxsize=4)
-def _catalog(path: str, stamp: tuple[int, int]) -> Catalog:
+def _catalog(path: str, stamp: tuple[tuple[str, int, int], ...]) -> Catalog:
     return load_catalog(Path(path))
 
 
