@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 import yaml
+from catalog_records import record_every_shipped_matrix
 
 from gpuforge.cli import main
-from gpuforge.images.catalog import CatalogEntry, now_utc, record_entry
-from gpuforge.images.matrix import load_valid
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "ci" / "github-actions"
@@ -119,22 +118,7 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("checkout")
     (root / "images").mkdir()
     (root / "images" / "matrices").symlink_to(REPO / "images" / "matrices")
-    catalog = root / "images" / "catalog"
-    for index, matrix_file in enumerate(sorted((REPO / "images" / "matrices").glob("*.yaml"))):
-        matrix, digest = load_valid(matrix_file)
-        for region in matrix.os.base_ami:
-            record_entry(
-                catalog,
-                CatalogEntry(
-                    ami_id=f"ami-{index:04x}{digest[:13]}",
-                    region=region,
-                    matrix_name=matrix.name,
-                    matrix_version=matrix.version,
-                    matrix_digest=digest,
-                    built_at=now_utc(),
-                    packer_version="1.6.6",
-                ),
-            )
+    catalog = record_every_shipped_matrix(root / "images" / "catalog")
     stacks = root / "stacks" / "training"
     shutil.copytree(
         REPO / "stacks" / "training", stacks, ignore=shutil.ignore_patterns("venv", "__pycache__")

@@ -11,32 +11,16 @@ from typing import Any
 
 import pytest
 import yaml
-from plan_support import MATRICES, STACK_DIR, StackCopy
+from catalog_records import record_every_shipped_matrix
+from plan_support import STACK_DIR, StackCopy
 
-from gpuforge.images.catalog import Catalog, CatalogEntry, load_catalog, now_utc, record_entry
-from gpuforge.images.matrix import load_valid
+from gpuforge.images.catalog import Catalog, load_catalog
 
 
 @pytest.fixture(scope="session")
 def catalog_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A catalog holding one AMI per shipped matrix, in each region the matrix pins a base AMI for."""
-    path = tmp_path_factory.mktemp("catalog") / "catalog.json"
-    for index, matrix_file in enumerate(sorted(MATRICES.glob("*.yaml"))):
-        matrix, digest = load_valid(matrix_file)
-        for region in matrix.os.base_ami:
-            record_entry(
-                path,
-                CatalogEntry(
-                    ami_id=f"ami-{index:04x}{digest[:13]}",
-                    region=region,
-                    matrix_name=matrix.name,
-                    matrix_version=matrix.version,
-                    matrix_digest=digest,
-                    built_at=now_utc(),
-                    packer_version="1.6.6",
-                ),
-            )
-    return path
+    return record_every_shipped_matrix(tmp_path_factory.mktemp("catalog") / "catalog.json")
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from catalog_records import made_up_entry
 from policycheck_support import MATRIX, PINNED_AMI, REGION
 
-from gpuforge.images.catalog import CatalogEntry, now_utc, record_entry
+from gpuforge.images.catalog import record_entry
 from gpuforge.images.matrix import load_valid
 from gpuforge.images.render import ami_name
 
@@ -21,19 +22,7 @@ from gpuforge.images.render import ami_name
 def catalog_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A single-file catalog holding PINNED_AMI, built from MATRIX, in REGION."""
     path = tmp_path_factory.mktemp("policycheck-catalog") / "catalog.json"
-    matrix, digest = load_valid(MATRIX)
-    record_entry(
-        path,
-        CatalogEntry(
-            ami_id=PINNED_AMI,
-            region=REGION,
-            matrix_name=matrix.name,
-            matrix_version=matrix.version,
-            matrix_digest=digest,
-            built_at=now_utc(),
-            packer_version="1.6.6",
-        ),
-    )
+    record_entry(path, made_up_entry(MATRIX, PINNED_AMI, REGION))
     return path
 
 
