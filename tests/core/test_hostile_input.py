@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from fuzzing import ENCODINGS, FUZZ, SECONDS_PER_INPUT, VALUES, bounded, deep, encode, yaml_texts
+from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuforge.cli import main
@@ -32,78 +33,6 @@ from gpuforge.stack_config import load_stack_config
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = REPO / "images" / "matrices" / "p5-h100-cuda12.yaml"
-EXAMPLES = int(os.environ.get("GPUFORGE_FUZZ_EXAMPLES", "60"))
-SECONDS_PER_INPUT = 5.0
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,  # the bound is checked below, against wall time, with a clear message
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-
-_scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(10**30), max_value=10**30),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=40),
-)
-_values = st.recursive(
-    _scalars,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)
-    ),
-    max_leaves=30,
-)
-
-
-def _deep(depth: int, opener: str, closer: str) -> str:
-    return opener * depth + closer * depth
-
-
-def _alias_bomb(levels: int) -> str:
-    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
-    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
-    return "\n".join(lines) + "\n"
-
-
-def _yaml_texts(base: dict[str, Any]) -> st.SearchStrategy[str]:
-    """Documents that look like `base` with a random part replaced, plus purely hostile ones."""
-    keys = sorted(base)
-    mutated = st.builds(
-        lambda key, value: yaml.safe_dump({**base, key: value}, sort_keys=False),
-        st.sampled_from(keys),
-        _values,
-    )
-    duplicated = st.builds(
-        lambda key: yaml.safe_dump(base, sort_keys=False) + f"{key}: again\n", st.sampled_from(keys)
-    )
-    return st.one_of(
-        mutated,
-        duplicated,
-        st.builds(yaml.safe_dump, _values),
-        st.integers(1, 6000).map(lambda n: _deep(n, "[", "]")),
-        st.integers(1, 6000).map(lambda n: "a: " + _deep(n, "{x: ", "}")),
-        st.integers(2, 12).map(_alias_bomb),
-        st.text(max_size=200),
-    )
-
-
-def _encode(text: str, encoding: str) -> bytes:
-    return text.encode(encoding, errors="replace")
-
-
-_encodings = st.sampled_from(["utf-8", "utf-16", "utf-32", "latin-1", "utf-8-sig"])
-
-
-def _bounded(call: Callable[[], object]) -> None:
-    """`call` returns or raises GpuforgeError, within SECONDS_PER_INPUT; anything else fails the test."""
-    started = time.monotonic()
-    try:
-        call()
-    except GpuforgeError as error:
-        assert "Traceback" not in error.message
-    elapsed = time.monotonic() - started
-    assert elapsed < SECONDS_PER_INPUT, f"took {elapsed:.1f} s"
 
 
 def _stack_dir(tmp_path: Path) -> Path:
@@ -129,14 +58,14 @@ STACK_BASE: dict[str, Any] = {
 @FUZZ
 @given(
     text=st.one_of(
-        _yaml_texts(STACK_BASE["config"]).map(lambda t: "config:\n" + _indent(t)), _yaml_texts(STACK_BASE)
+        yaml_texts(STACK_BASE["config"]).map(lambda t: "config:\n" + _indent(t)), yaml_texts(STACK_BASE)
     ),
-    encoding=_encodings,
+    encoding=ENCODINGS,
 )
 def test_stack_config_loader(tmp_path: Path, text: str, encoding: str) -> None:
     stack_dir = _stack_dir(tmp_path)
-    (stack_dir / "Pulumi.dev.yaml").write_bytes(_encode(text, encoding))
-    _bounded(lambda: load_stack_config(stack_dir, "dev"))
+    (stack_dir / "Pulumi.dev.yaml").write_bytes(encode(text, encoding))
+    bounded(lambda: load_stack_config(stack_dir, "dev"))
 
 
 def _indent(text: str) -> str:
@@ -148,22 +77,22 @@ def _indent(text: str) -> str:
     matrix_path=st.one_of(
         st.text(min_size=1, max_size=300),
         st.integers(200, 5000).map(lambda n: "m" * n),
-        st.builds(lambda value: json.dumps(value), _values),
+        st.builds(lambda value: json.dumps(value), VALUES),
     )
 )
 def test_stack_config_paths(tmp_path: Path, matrix_path: str) -> None:
     stack_dir = _stack_dir(tmp_path)
     config = {**STACK_BASE["config"], "gpuforge:matrix": matrix_path, "gpuforge:catalog": matrix_path}
     (stack_dir / "Pulumi.dev.yaml").write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
-    _bounded(lambda: load_stack_config(stack_dir, "dev"))
+    bounded(lambda: load_stack_config(stack_dir, "dev"))
 
 
 @FUZZ
-@given(text=_yaml_texts(yaml.safe_load(MATRIX.read_text())), encoding=_encodings)
+@given(text=yaml_texts(yaml.safe_load(MATRIX.read_text())), encoding=ENCODINGS)
 def test_matrix_loader(tmp_path: Path, text: str, encoding: str, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "matrix.yaml"
-    path.write_bytes(_encode(text, encoding))
-    _bounded(lambda: check_file(path))
+    path.write_bytes(encode(text, encoding))
+    bounded(lambda: check_file(path))
     for command in ("check", "show"):
         started = time.monotonic()
         assert main(["matrix", command, str(path)]) in (0, 1, 2)
@@ -177,21 +106,21 @@ MANIFEST = json.loads((REPO / "tests" / "fixtures" / "node" / "manifest" / "p5-h
 def _json_texts(base: dict[str, Any]) -> st.SearchStrategy[str]:
     keys = sorted(base)
     return st.one_of(
-        st.builds(lambda key, value: json.dumps({**base, key: value}), st.sampled_from(keys), _values),
+        st.builds(lambda key, value: json.dumps({**base, key: value}), st.sampled_from(keys), VALUES),
         st.builds(lambda key: json.dumps(base)[:-1] + f', "{key}": 1}}', st.sampled_from(keys)),
-        st.builds(json.dumps, _values),
-        st.integers(1, 100_000).map(lambda n: _deep(n, "[", "]")),
+        st.builds(json.dumps, VALUES),
+        st.integers(1, 100_000).map(lambda n: deep(n, "[", "]")),
         st.sampled_from(["NaN", "[Infinity]", "[1e999]", '{"schema": true}', ""]),
         st.text(max_size=200),
     )
 
 
 @FUZZ
-@given(text=_json_texts(MANIFEST), encoding=_encodings)
+@given(text=_json_texts(MANIFEST), encoding=ENCODINGS)
 def test_manifest_loader(tmp_path: Path, text: str, encoding: str) -> None:
     path = tmp_path / "manifest.json"
-    path.write_bytes(_encode(text, encoding))
-    _bounded(lambda: load_manifest(path))
+    path.write_bytes(encode(text, encoding))
+    bounded(lambda: load_manifest(path))
 
 
 @FUZZ
@@ -199,21 +128,21 @@ def test_manifest_loader(tmp_path: Path, text: str, encoding: str) -> None:
 def test_binary_garbage(tmp_path: Path, data: bytes) -> None:
     for name in ("manifest.json", "matrix.yaml"):
         (tmp_path / name).write_bytes(data)
-    _bounded(lambda: load_manifest(tmp_path / "manifest.json"))
-    _bounded(lambda: check_file(tmp_path / "matrix.yaml"))
+    bounded(lambda: load_manifest(tmp_path / "manifest.json"))
+    bounded(lambda: check_file(tmp_path / "matrix.yaml"))
 
 
 CATALOG = {"schema": 1, "images": {}}
 
 
 @FUZZ
-@given(text=_json_texts(CATALOG), encoding=_encodings)
+@given(text=_json_texts(CATALOG), encoding=ENCODINGS)
 def test_catalog_loader(tmp_path: Path, text: str, encoding: str) -> None:
     from gpuforge.images.catalog import load_catalog
 
     path = tmp_path / "catalog.json"
-    path.write_bytes(_encode(text, encoding))
-    _bounded(lambda: load_catalog(path))
+    path.write_bytes(encode(text, encoding))
+    bounded(lambda: load_catalog(path))
 
 
 TOPOLOGY = {"Instances": [{"InstanceId": "i-0123456789abcdef0", "InstanceType": "p5.48xlarge"}]}
@@ -226,7 +155,7 @@ def test_topology_loader(tmp_path: Path, text: str) -> None:
 
     path = tmp_path / "topology.json"
     path.write_text(text, encoding="utf-8")
-    _bounded(lambda: from_response(_read_topology(path), where=str(path)))
+    bounded(lambda: from_response(_read_topology(path), where=str(path)))
 
 
 @pytest.mark.parametrize("special", ["/dev/zero", "/dev/urandom", "/proc/self", "/dev/null"])
