@@ -318,6 +318,14 @@ def rule_driver_eol(matrix: Matrix, data: Compat, today: date | None = None) -> 
     info = branches.branches.get(branch)
     if info is None and not _known_branch_number(branch, data):
         return  # driver.release reports a branch NVIDIA has not published
+    if info is None:
+        message = f"driver branch R{branch} is not a supported data-center branch (unlisted branches are end of life)."
+    elif info.eol < today:
+        message = f"driver branch R{branch} ({info.designation}) reached end of life on {info.eol}."
+    elif (info.eol - today).days <= branches.warn_days_before_eol:
+        message = f"driver branch R{branch} ({info.designation}) reaches end of life on {info.eol}."
+    else:
+        return
     # The fix names only branches still supported today, Long Term Support first, never the one reported.
     alive = sorted(
         (name for name, row in branches.branches.items() if row.eol >= today and name != branch),
@@ -326,27 +334,8 @@ def rule_driver_eol(matrix: Matrix, data: Compat, today: date | None = None) -> 
     fix = (
         f"move to a supported branch ({', '.join('R' + name for name in alive)})"
         if alive
-        else (
-            "move to a branch NVIDIA still supports, and add it to gpuforge/data/compat.yaml with its source"
-        )
+        else "move to a branch NVIDIA still supports, and add it to gpuforge/data/compat.yaml with its source"
     )
-    if info is None:
-        yield Finding(
-            "driver.branch-eol",
-            WARNING,
-            "nvidia.driver",
-            f"driver branch R{branch} is not a supported data-center branch (unlisted branches are end of life). "
-            f"Fix: {fix}.",
-            branches.source,
-        )
-        return
-    days_left = (info.eol - today).days
-    if days_left < 0:
-        message = f"driver branch R{branch} ({info.designation}) reached end of life on {info.eol}."
-    elif days_left <= branches.warn_days_before_eol:
-        message = f"driver branch R{branch} ({info.designation}) reaches end of life on {info.eol}."
-    else:
-        return
     yield Finding("driver.branch-eol", WARNING, "nvidia.driver", f"{message} Fix: {fix}.", branches.source)
 
 
