@@ -108,7 +108,7 @@ def _catalog_stamp(path: Path) -> tuple[tuple[str, int, int], ...]:
     A folder's own mtime would miss a record rewritten in place within one timestamp tick; each
     record's name, mtime and size do not."""
     if path.is_dir():
-        return tuple((record.name, *_stamp(record)) for record in sorted(path.glob("*.json")))
+        return _files_stamp(path, "*.json")
     return ((path.name, *_stamp(path)),)
 
 
@@ -118,7 +118,12 @@ def _folder_stamp(folder: Path) -> tuple[tuple[str, int, int], ...]:
             f"matrices folder {folder}: not a folder. Fix: point the policy's matricesDir config at the "
             "folder of image matrices (images/matrices in the gpuforge repository)."
         )
-    return tuple((path.name, *_stamp(path)) for path in sorted(folder.glob("*.yaml")))
+    return _files_stamp(folder, "*.yaml")
+
+
+def _files_stamp(folder: Path, pattern: str) -> tuple[tuple[str, int, int], ...]:
+    """Each matching file's name and stamp, in name order: what changes when any of them does."""
+    return tuple((path.name, *_stamp(path)) for path in sorted(folder.glob(pattern)))
 
 
 @lru_cache(maxsize=4)
