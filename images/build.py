@@ -97,7 +97,8 @@ def check_targets(request: BuildRequest) -> None:
             )
 
 
-def _entry(matrix: Matrix, digest: str, ami_id: str, region: str, packer_version: str) -> CatalogEntry:
+def catalog_entry(matrix: Matrix, digest: str, ami_id: str, region: str, packer_version: str) -> CatalogEntry:
+    """The catalog record of `ami_id`, built from `matrix` in `region` now, by that packer version."""
     return CatalogEntry(
         ami_id=ami_id,
         region=region,
@@ -190,7 +191,7 @@ def build_image(
             # Built elsewhere (another catalog, another machine): its build time is the AMI's
             # creation time; which packer built it is not recorded on the AMI.
             home = replace(
-                _entry(matrix, digest, image.ami_id, aws.region, UNKNOWN_PACKER),
+                catalog_entry(matrix, digest, image.ami_id, aws.region, UNKNOWN_PACKER),
                 built_at=utc_timestamp(image.creation_date),
             )
             built_sbom = sbom.from_matrix(matrix, digest, "the AMI was built before, not by this run")
@@ -275,7 +276,7 @@ def _build_new(
         else:
             text = sbom.from_package_list(matrix, digest, rendered.directory / sbom.PACKAGES_FILE)
     image = ec2.verify_image(client, aws, ami_id, ami_tags(matrix, digest))
-    return image, _entry(matrix, digest, image.ami_id, aws.region, str(tool.version)), text
+    return image, catalog_entry(matrix, digest, image.ami_id, aws.region, str(tool.version)), text
 
 
 def _copy(

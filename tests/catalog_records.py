@@ -8,24 +8,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuforge.images.catalog import CatalogEntry, now_utc, record_entry
+from gpuforge.images.build import catalog_entry
+from gpuforge.images.catalog import CatalogEntry, record_entry
 from gpuforge.images.matrix import load_valid
 
 MATRICES = Path(__file__).resolve().parents[1] / "images" / "matrices"
 
 
 def made_up_entry(matrix_file: Path, ami_id: str, region: str) -> CatalogEntry:
-    """A record of `ami_id` in `region` as a build of `matrix_file` would write it."""
+    """A record of `ami_id` in `region` as a build of `matrix_file` (by Debian's packer 1.6.6) writes it."""
     matrix, digest = load_valid(matrix_file)
-    return CatalogEntry(
-        ami_id=ami_id,
-        region=region,
-        matrix_name=matrix.name,
-        matrix_version=matrix.version,
-        matrix_digest=digest,
-        built_at=now_utc(),
-        packer_version="1.6.6",
-    )
+    return catalog_entry(matrix, digest, ami_id, region, "1.6.6")
 
 
 def record_every_shipped_matrix(catalog: Path) -> Path:
