@@ -57,3 +57,16 @@ def base_path(directory: Path) -> str:
         if found is not None and not (directory / name).exists():
             (directory / name).symlink_to(found)
     return str(directory)
+
+
+def pids_with(text: str) -> list[int]:
+    """The processes whose command line holds `text` (what a test checks has not outlived it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from image_helpers import BASE_AMI, FIXTURES, REGION
+from image_helpers import BASE_AMI, FIXTURES, REGION, pids_with
 
 from gpuforge.images import packer
 from gpuforge.images.ec2 import Aws
@@ -113,18 +113,6 @@ build {{
     return name
 
 
-def _pids_with(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if text.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def _group_is_gone(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -148,7 +136,7 @@ def _stopped_build(
     groups: set[int] = set()
 
     def observe(event: Event) -> None:
-        groups.update(os.getpgid(pid) for pid in _pids_with(template))
+        groups.update(os.getpgid(pid) for pid in pids_with(template))
         if interrupt and "provisioning-started" in event.text:
             os.kill(os.getpid(), signal.SIGINT)  # what a terminal's Ctrl-C delivers to gpuforge
 
@@ -204,7 +192,7 @@ def test_a_process_that_ignores_the_interrupt_is_killed_after_the_grace_period(
     groups: set[int] = set()
 
     def observe(event: Event) -> None:
-        groups.update(os.getpgid(pid) for pid in _pids_with(str(stubborn)))
+        groups.update(os.getpgid(pid) for pid in pids_with(str(stubborn)))
 
     started = time.monotonic()
     with pytest.raises(PackerStopped):
@@ -220,7 +208,7 @@ def test_a_process_that_ignores_the_interrupt_is_killed_after_the_grace_period(
         )
     assert time.monotonic() - started < 15
     assert len(groups) == 1, "the observer saw the stand-in running"
-    assert not _pids_with(str(stubborn))
+    assert not pids_with(str(stubborn))
     assert _group_is_gone(groups.pop()), "its sleep outlived the kill"
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from image_helpers import MATRICES, REGION
+from image_helpers import MATRICES, REGION, pids_with
 
 from gpuforge.images.catalog import CatalogEntry, record_entry
 from gpuforge.images.emulator import SERVER_MODULE
@@ -33,23 +33,11 @@ EXISTING = CatalogEntry(
 )
 
 
-def _pids(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if text.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def _emulators_of(pid: int) -> list[int]:
     """moto servers started by gpuforge process `pid` (the wrapper carries its parent's pid)."""
     return [
         p
-        for p in _pids(SERVER_MODULE)
+        for p in pids_with(SERVER_MODULE)
         if (Path("/proc") / str(p) / "cmdline").read_bytes().split(b"\0")[3:4] == [str(pid).encode()]
     ]
 
@@ -63,7 +51,7 @@ def slow_packer(tmp_path: Path) -> Iterator[Path]:
     script.write_text(SLOW_PACKER.format(real=real))
     script.chmod(0o755)
     yield bin_dir
-    for pid in _pids(str(script)):  # a SIGKILLed gpuforge cannot stop its packer: end the stand-in here
+    for pid in pids_with(str(script)):  # a SIGKILLed gpuforge cannot stop its packer: end the stand-in here
         os.kill(pid, signal.SIGKILL)
 
 
@@ -124,7 +112,7 @@ def test_sigterm_stops_the_build_like_ctrl_c_and_leaves_nothing_behind(
     assert said in rest and "no AMI was recorded" in rest
     assert "Traceback" not in rest
     assert _gone(emulator, 10), "the emulator outlived the build"
-    assert not _pids(str(slow_packer / "packer")), "packer outlived the build"
+    assert not pids_with(str(slow_packer / "packer")), "packer outlived the build"
     assert {p: p.read_bytes() for p in tmp_path.rglob("*.json")} == before
 
 
