@@ -64,6 +64,13 @@ def no_aws_credentials(command: str) -> GpuforgeError:
     )
 
 
+def unknown_aws_profile(error: Exception) -> GpuforgeError:
+    """The one error for an AWS_PROFILE boto3 cannot find (botocore's ProfileNotFound), exit 2 everywhere."""
+    return GpuforgeError(
+        f"{error}. Fix: set AWS_PROFILE to a profile in ~/.aws/config, or unset it to use the default chain."
+    )
+
+
 class InputError(GpuforgeError):
     """A file or value the user gave is unreadable or invalid (exit 2)."""
 

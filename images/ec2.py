@@ -18,7 +18,7 @@ import botocore.session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ProfileNotFound
 
-from gpuforge.errors import GpuforgeError, no_aws_credentials
+from gpuforge.errors import GpuforgeError, no_aws_credentials, unknown_aws_profile
 from gpuforge.images.tags import MATRIX_DIGEST_TAG, TagMismatch, compare_tags
 
 if TYPE_CHECKING:
@@ -158,9 +158,7 @@ def _aws_failure(call: str, aws: Aws, error: Exception) -> GpuforgeError:
     if isinstance(error, NoCredentialsError):
         return no_aws_credentials("gpuforge image")
     if isinstance(error, ProfileNotFound):
-        return GpuforgeError(
-            f"{error}. Fix: set AWS_PROFILE to a profile in ~/.aws/config, or unset it to use the default chain."
-        )
+        return unknown_aws_profile(error)
     where = f" at {aws.endpoint_url}" if aws.endpoint_url else ""
     if isinstance(error, ClientError):
         detail = error.response.get("Error", {})

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuforge.errors import GpuforgeError, no_aws_credentials
+from gpuforge.errors import no_aws_credentials, unknown_aws_profile
 from gpuforge.preflight.report import Check, fail
 
 if TYPE_CHECKING:
@@ -71,9 +71,7 @@ class AwsClients:
         try:
             session = boto3.session.Session(region_name=region)
         except ProfileNotFound as error:
-            raise GpuforgeError(
-                f"{error}. Fix: set AWS_PROFILE to a profile in ~/.aws/config, or unset it to use the default chain."
-            ) from None
+            raise unknown_aws_profile(error) from None
         if session.get_credentials() is None:
             raise no_aws_credentials("gpuforge preflight")
         config = Config(retries={"mode": "standard"})
