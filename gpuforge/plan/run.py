@@ -105,21 +105,21 @@ def _exits_refused(program: Path) -> Iterator[None]:
     `os._exit(0)` would otherwise end gpuforge with a success code and no verdict, a false pass
     in CI. Both become a bad-input error naming the call."""
 
-    def refuse(code: object = None) -> NoReturn:
-        raise InputError(
-            f"{program}: the program called os._exit({code!r}) before it finished. Fix: let the program "
-            "return; a Pulumi program reports a problem by raising an exception (pulumi.RunError)."
+    def exited(call: str) -> InputError:
+        return InputError(
+            f"{program}: the program called {call} before it finished. Fix: let the program return; a "
+            "Pulumi program reports a problem by raising an exception (pulumi.RunError)."
         )
+
+    def refuse(code: object = None) -> NoReturn:
+        raise exited(f"os._exit({code!r})")
 
     real_exit = os._exit
     os._exit = refuse  # type: ignore[assignment]
     try:
         yield
     except SystemExit as stop:
-        raise InputError(
-            f"{program}: the program called sys.exit({stop.code!r}) before it finished. Fix: let the program "
-            "return; a Pulumi program reports a problem by raising an exception (pulumi.RunError)."
-        ) from None
+        raise exited(f"sys.exit({stop.code!r})") from None
     finally:
         os._exit = real_exit
 
