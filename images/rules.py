@@ -41,7 +41,7 @@ WARNING = Severity.WARNING
 # (2.26.2-1+cuda12.8, 6.8.0-1031-aws, 2025.10.11-1, 4.2.3-4.1.3). No ranges, wildcards or words.
 _EXACT = re.compile(r"^[0-9]+(\.[0-9]+)+([-+~][0-9A-Za-z]+([.+~-][0-9A-Za-z]+)*)?$")
 _AMI = re.compile(r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$")
 _NCCL = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\+cuda([0-9]+)\.([0-9]+)$")
 
@@ -156,7 +156,7 @@ def rule_sha256(matrix: Matrix, data: Compat) -> Iterator[Finding]:
     pairs = [("efa.sha256", matrix.efa.sha256), ("aws_ofi_nccl.sha256", matrix.aws_ofi_nccl.sha256)]
     pairs += [(f"{key}.sha256", sha256) for key, sha256, _ in _tarballs(matrix)]
     for field, value in pairs:
-        if value is not None and not _SHA256.match(value):
+        if value is not None and not _SHA256.fullmatch(value):
             yield Finding(
                 "pin.sha256",
                 ERROR,
@@ -219,17 +219,39 @@ def rule_sha256_source(matrix: Matrix, data: Compat) -> Iterator[Finding]:
             )
 
 
+# A distribution's package pool keeps a source file only while a release of the distribution
+# ships that version (Debian's pool answered 404 for slurm-wlm_26.05.5.orig.tar.gz from this
+# project's build machines, which the matrices named until 2026-12).
+# Printable ASCII only: no whitespace, control or Unicode line separator can ride along in a URL.
+_HTTPS_FILE = re.compile(r"https://[!-.0-~]+/[!-~]+")
+_DISTRIBUTION_POOL = re.compile(r"https://[^/]+/(?:debian|debian-security|ubuntu)/pool/.*")
+
+
 def rule_url(matrix: Matrix, data: Compat) -> Iterator[Finding]:
     """A pinned download comes over https: plain http would let anyone on the path swap the tarball
-    before the sha256 check, and a failed check stops the build instead of protecting it."""
+    before the sha256 check, and a failed check stops the build instead of protecting it. A URL in a
+    distribution's package pool passes, with a warning: the file leaves the pool when the distribution
+    moves past that version, and the image can no longer be rebuilt from its matrix."""
     for key, _, url in _tarballs(matrix):
-        if not re.match(r"^https://[^/\s]+/\S+$", url):
+        if not _HTTPS_FILE.fullmatch(url):
             yield Finding(
                 "pin.url",
                 ERROR,
                 f"{key}.url",
                 f"{url!r} is not an https URL of a file. Fix: give the https address of the exact tarball "
                 f"whose sha256 is {key}.sha256.",
+                SCHEMA_SOURCE,
+            )
+        elif _DISTRIBUTION_POOL.fullmatch(url):
+            yield Finding(
+                "pin.url-durable",
+                WARNING,
+                f"{key}.url",
+                f"{url!r} is a file in a distribution's package pool, which drops it once the distribution "
+                "moves past that version; the matrix could then no longer be built. Fix: point at the "
+                "publisher's own release (for Slurm, SchedMD's tag archive "
+                "https://github.com/SchedMD/slurm/archive/slurm-<YY-MM-MICRO>-<N>.tar.gz, which is the "
+                "same file as Debian's orig tarball) with the same sha256.",
                 SCHEMA_SOURCE,
             )
 
@@ -866,6 +888,30 @@ def rule_slurm_pmix_pair(matrix: Matrix, data: Compat) -> Iterator[Finding]:
         )
 
 
+def rule_slurm_url_version(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    """The Slurm tarball's address names the pinned release: a version bumped without its URL (or the
+    reverse) builds one Slurm and records another, and the sha256 alone cannot say which is meant."""
+    version = _slurm_version(matrix)
+    if version is None or matrix.slurm is None or not _HTTPS_FILE.fullmatch(matrix.slurm.url):
+        return  # slurm.series-supported or pin.url reports it
+    name = matrix.slurm.url.rsplit("/", 1)[-1]
+    dotted = re.escape(matrix.slurm.version)
+    tag = matrix.slurm.version.replace(".", "-")
+    if re.search(rf"(?<![0-9.]){dotted}(?![0-9])", name) or re.fullmatch(
+        rf"slurm-{re.escape(tag)}-[0-9]+\.tar\.gz", name
+    ):
+        return
+    yield Finding(
+        "slurm.url-version",
+        ERROR,
+        "slurm.url",
+        f"the file {name!r} does not name Slurm {matrix.slurm.version}, the pinned release. Fix: point "
+        f"slurm.url at that release's tarball, e.g. SchedMD's tag archive "
+        f"https://github.com/SchedMD/slurm/archive/slurm-{tag}-1.tar.gz, and pin its sha256.",
+        SCHEMA_SOURCE,
+    )
+
+
 def rule_slurm_series(matrix: Matrix, data: Compat, today: date | None = None) -> Iterator[Finding]:
     """The Slurm series is one SchedMD still supports, today (`today` lets tests fix the date)."""
     if matrix.slurm is None or _version(matrix.slurm.version) is None:
@@ -979,6 +1025,7 @@ RULES: tuple[Rule, ...] = (
     rule_dcgm_cuda_build,
     rule_url,
     rule_slurm_pmix_pair,
+    rule_slurm_url_version,
     rule_slurm_series,
     rule_slurm_pmix,
     rule_slurm_features,

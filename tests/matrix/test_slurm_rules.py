@@ -10,7 +10,8 @@ from datetime import date, timedelta
 from typing import Any
 
 import pytest
-from matrix_cases import findings, rules, warnings
+import yaml
+from matrix_cases import MATRICES, findings, rules, warnings
 
 from gpuforge.compat import compat
 from gpuforge.images.matrix import Matrix
@@ -74,12 +75,83 @@ def test_a_checksum_that_is_not_a_sha256_fails_pin_sha256(h100: dict[str, Any], 
         "ftp://example.org/slurm.tar.gz",
         "https://",
         "slurm-26.05.5.tar.bz2",
+        "https://github.com/SchedMD/slurm/archive/slurm-26-05-5-1.tar.gz\n",
+        "https://github.com/SchedMD/slurm/archive/slurm-26-05-5-1.tar.gz\u2028",
     ],
 )
 def test_a_download_that_is_not_https_fails_pin_url(h100: dict[str, Any], url: str) -> None:
     h100["slurm"]["url"] = url
     hit = [f for f in findings(h100) if f.rule == "pin.url"]
     assert rules(h100) == {"pin.url"} and hit[0].field == "slurm.url" and repr(url) in hit[0].message
+
+
+def _tag_archive(version: str) -> str:
+    return f"https://github.com/SchedMD/slurm/archive/slurm-{version.replace('.', '-')}-1.tar.gz"
+
+
+def _pin_slurm(data: dict[str, Any], version: str) -> None:
+    """Another Slurm release, with the URL of its own tarball (slurm.url-version)."""
+    data["slurm"] |= {"version": version, "url": _tag_archive(version)}
+
+
+def test_every_shipped_matrix_fetches_slurm_from_schedmds_tag_archive(h100: dict[str, Any]) -> None:
+    # Debian's pool dropped the orig tarball the matrices used to name; the tag archive is the same file.
+    for path in sorted(MATRICES.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        assert data["slurm"]["url"] == _tag_archive(data["slurm"]["version"]), path.name
+        assert not [f for f in findings(data) if f.rule.startswith("pin.url")], path.name
+
+
+def test_a_url_in_a_distribution_pool_warns_that_it_will_leave(h100: dict[str, Any]) -> None:
+    h100["slurm"]["url"] = "https://deb.debian.org/debian/pool/main/s/slurm-wlm/slurm-wlm_26.05.5.orig.tar.gz"
+    hit = [f for f in findings(h100) if f.rule == "pin.url-durable"]
+    assert rules(h100) == set() and len(hit) == 1
+    assert hit[0].field == "slurm.url" and "github.com/SchedMD/slurm/archive" in hit[0].message
+    assert "pin.url-durable" in warnings(h100)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://download.schedmd.com/slurm/slurm-26.05.5.tar.bz2",
+        "https://github.com/SchedMD/slurm/archive/slurm-26-05-5-1.tar.gz",
+        "https://github.com/SchedMD/slurm/archive/slurm-26-05-5-2.tar.gz",
+        "https://mirror.example.org/debian/slurm-wlm_26.05.5.orig.tar.gz",
+    ],
+)
+def test_a_url_that_names_the_pinned_release_passes(h100: dict[str, Any], url: str) -> None:
+    h100["slurm"]["url"] = url
+    assert not [f for f in findings(h100) if f.rule == "slurm.url-version"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://github.com/SchedMD/slurm/archive/slurm-26-05-4-1.tar.gz",
+        "https://download.schedmd.com/slurm/slurm-26.05.50.tar.bz2",
+        "https://download.schedmd.com/slurm/slurm-126.05.5.tar.bz2",
+        "https://github.com/SchedMD/slurm/archive/slurm-26-05-5-1.zip",
+        "https://example.org/26.05.5/slurm.tar.gz",
+    ],
+)
+def test_a_url_that_names_another_release_fails_slurm_url_version(h100: dict[str, Any], url: str) -> None:
+    h100["slurm"]["url"] = url
+    hit = [f for f in findings(h100) if f.rule == "slurm.url-version"]
+    assert rules(h100) == {"slurm.url-version"}
+    assert hit[0].field == "slurm.url" and "26.05.5" in hit[0].message and "slurm-26-05-5-1" in hit[0].message
+
+
+def test_series_dates_are_the_first_release_tags_and_18_months_of_support() -> None:
+    # Tagger dates of slurm-YY-MM-0-1 in SchedMD/slurm; end of support: the first day of the month
+    # 18 months after the series' month (upgrades.html), never the table's later 26.05 year.
+    entries = facts().series.entries
+    assert entries["25.11"].released == date(2025, 11, 6)
+    assert entries["26.05"].released == date(2026, 5, 26)
+    for series, info in entries.items():
+        year, month = 2000 + int(series[:2]), int(series[3:])
+        assert (info.released.year, info.released.month) == (year, month), series
+        months = year * 12 + month - 1 + 18
+        assert info.end_of_support == date(months // 12, months % 12 + 1, 1), series
 
 
 # --- slurm.pmix-required ----------------------------------------------------------------------
@@ -118,7 +190,7 @@ def test_a_series_past_its_end_of_support_fails(h100: dict[str, Any]) -> None:
 
 
 def test_the_end_of_25_05_is_the_one_schedmd_publishes(h100: dict[str, Any]) -> None:
-    h100["slurm"]["version"] = "25.05.4"
+    _pin_slurm(h100, "25.05.4")
     assert _series_findings(h100, date(2026, 10, 31)) != []  # within the warning window
     hits = _series_findings(h100, date(2026, 11, 2))
     assert hits and hits[0][1] == "error" and "25.11" in hits[0][2] and "26.05" in hits[0][2]
@@ -126,7 +198,7 @@ def test_the_end_of_25_05_is_the_one_schedmd_publishes(h100: dict[str, Any]) -> 
 
 @pytest.mark.parametrize("version", ["22.05.8", "24.11.5", "27.05.0"])
 def test_an_unlisted_series_fails(h100: dict[str, Any], version: str) -> None:
-    h100["slurm"]["version"] = version
+    _pin_slurm(h100, version)
     hit = [f for f in findings(h100) if f.rule == "slurm.series-supported"]
     assert len(hit) == 1 and hit[0].severity == "error" and hit[0].field == "slurm.version"
     assert f"series {version[:5]}" in hit[0].message and hit[0].source == facts().series.source
@@ -148,20 +220,31 @@ def test_a_pmix_major_the_plugin_knows_passes(h100: dict[str, Any], pmix: str) -
     assert rules(h100) == set()
 
 
-@pytest.mark.parametrize("pmix", ["6.0.0", "1.2.5"])
+@pytest.mark.parametrize("pmix", ["7.0.0", "1.2.5"])
 def test_a_pmix_major_the_plugin_does_not_know_fails(h100: dict[str, Any], pmix: str) -> None:
     h100["pmix"]["version"] = pmix
     hit = [f for f in findings(h100) if f.rule == "slurm.pmix-compatible"]
     assert rules(h100) == {"slurm.pmix-compatible"}
-    assert hit[0].field == "pmix.version" and pmix in hit[0].message and "2, 3, 4, 5" in hit[0].message
+    assert hit[0].field == "pmix.version" and pmix in hit[0].message and "2, 3, 4, 5, 6" in hit[0].message
     assert hit[0].source == facts().pmix.source
+
+
+def test_pmix_6_builds_with_the_series_whose_configure_knows_it(h100: dict[str, Any]) -> None:
+    # auxdir/x_ac_pmix.m4 knows PMIx 6 from slurm-25-11-0-1 on, not at slurm-25-05-0-1.
+    h100["pmix"]["version"] = "6.0.0"
+    for version in ("26.05.5", "25.11.7"):
+        _pin_slurm(h100, version)
+        assert not [f for f in findings(h100) if f.rule == "slurm.pmix-compatible"], version
+    _pin_slurm(h100, "25.05.8")
+    hit = [f for f in findings(h100) if f.rule == "slurm.pmix-compatible"]
+    assert len(hit) == 1 and "25.05" in hit[0].message and "2, 3, 4, 5)" in hit[0].message
 
 
 # --- slurm.features ---------------------------------------------------------------------------
 
 
 def test_a_slurm_with_every_rendered_feature_passes(h100: dict[str, Any]) -> None:
-    h100["slurm"]["version"] = "25.05.0"
+    _pin_slurm(h100, "25.05.0")
     assert "slurm.features" not in {f.rule for f in findings(h100)}
 
 
@@ -177,7 +260,7 @@ def test_a_slurm_that_predates_a_rendered_feature_fails(
     )
     patched = table.model_copy(update={"series": series, "pmix": pmix})
     monkeypatch.setattr("gpuforge.images.rules.facts", lambda: patched)
-    h100["slurm"]["version"] = "24.11.5"
+    _pin_slurm(h100, "24.11.5")
     hits = [f for f in findings(h100) if f.rule == "slurm.features"]
     assert rules(h100) == {"slurm.features"}
     assert len(hits) == 1 and hits[0].field == "slurm.version"
