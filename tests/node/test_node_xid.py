@@ -7,18 +7,18 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from node_scenarios import context, fixture, p5_healthy
+from node_scenarios import context, fixture, g5_xlarge_healthy, p5_healthy
 
 from gpuforge.node.report import Status
-from gpuforge.node.xid import DMESG, XidEvent, check_xid, classify, load_catalog, parse_xids
+from gpuforge.node.xid import DMESG, XidEvent, check_xid, classify, classify_log, load_catalog, parse_xids
 
 CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
 REQUIRED = (
-    *(13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120, 140),
+    *(13, 31, 43, 45, 48, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120, 140),
     *range(144, 152),
     *(154, 155, 156, 157, 158, 159, 160, 161),
 )
-ACTIONS = {"ignore", "restart_app", "reset_gpu", "reset_bus", "reboot", "replace", "workflow"}
+ACTIONS = {"ignore", "restart_app", "restart_fm", "reset_gpu", "reset_bus", "reboot", "replace", "workflow"}
 # NVML's nvmlDeviceGpuRecoveryAction_t through v615 (NVML change log): value -> gate verdict.
 NVML_RECOVERY = {0: "pass", 1: "fail", 2: "fail", 3: "fail", 4: "fail", 5: "fail", 6: "fail", 7: "fail"}
 
@@ -211,12 +211,21 @@ def test_application_xids_only_warn(root: Path) -> None:
     assert "application-level" in result.cause
 
 
-def test_codes_outside_the_catalog_warn_with_a_pointer(root: Path) -> None:
+def test_codes_marked_unused_warn_with_a_pointer(root: Path) -> None:
     ctx, _ = context(p5_healthy().set(DMESG, fixture("dmesg/xid-unlisted.txt")), "p5.48xlarge", root)
     result = check_xid(ctx)
     assert result.status is Status.WARN
-    assert result.evidence == "Xid 87 on 0000:97:00 -> unclassified (not in gpuforge's Xid catalog)"
+    assert result.evidence == (
+        "Xid 87 on 0000:97:00 -> unclassified (NVIDIA's catalog marks it as applying to none of "
+        "A100, H100, B100 and GB200: NVTELEMETRY_DRIVER_REPORT)"
+    )
     assert CATALOG_URL in result.cause
+
+
+def test_codes_outside_nvidias_catalog_warn() -> None:
+    # NVIDIA's Xids sheet ends at 172; a newer driver's code is not acted on, nor passed silently.
+    verdict = classify(XidEvent("0000:97:00", 173, ""), load_catalog())
+    assert (verdict.action, verdict.basis) == ("unclassified", "not in gpuforge's Xid catalog")
 
 
 def test_unreadable_kernel_log_fails(root: Path) -> None:
@@ -225,3 +234,109 @@ def test_unreadable_kernel_log_fails(root: Path) -> None:
     result = check_xid(ctx)
     assert result.status is Status.FAIL
     assert "Operation not permitted" in result.evidence and "root" in result.cause
+
+
+# --- NVIDIA's workflows as the catalog states them (issue 20, item 3) ---------------------------
+
+# The Xid 45 line of dmesg/xid-reset-needed.txt, alone in the log.
+LONE_XID_45 = "[  955.302044] NVRM: Xid (PCI:0000:86:00): 45, pid=30212, name=python3, Ch 00000010\n"
+
+
+def test_lone_xid_45_on_an_nvswitch_type_restarts_fabric_manager(root: Path) -> None:
+    # WORKFLOW_XID_45: "Solo: RESTART_FM Not Solo: IGNORE (follow guidance in other Xid)".
+    ctx, _ = context(p5_healthy().set(DMESG, LONE_XID_45), "p5.48xlarge", root)
+    result = check_xid(ctx)
+    assert result.status is Status.FAIL
+    assert result.evidence == "Xid 45 on 0000:86:00 -> restart_fm (WORKFLOW_XID_45, solo: RESTART_FM)"
+    catalog = load_catalog()
+    assert "'restart_fm'" in result.cause and catalog.node_agent["restart_fm"].does in result.cause
+    assert "Fabric Manager" in result.cause
+
+
+def test_lone_xid_45_without_nvswitch_has_no_fabric_manager_to_restart(root: Path) -> None:
+    ctx, _ = context(g5_xlarge_healthy().set(DMESG, LONE_XID_45), "g5.xlarge", root)
+    result = check_xid(ctx)
+    assert result.status is Status.PASS
+    assert "Xid 45 on 0000:86:00 -> ignore (WORKFLOW_XID_45, solo: RESTART_FM" in result.evidence
+    assert "no NVSwitch" in result.evidence
+
+
+def test_xid_45_beside_other_xids_follows_them() -> None:
+    events = parse_xids(fixture("dmesg/xid-reset-needed.txt"))
+    verdicts = {v.event.code: v for v in classify_log(events, load_catalog(), nvswitch=True)}
+    assert verdicts[45].action == "ignore"
+    assert verdicts[48].action == "reset_gpu"
+
+
+def test_restart_fm_is_an_action_of_the_catalogs_vocabulary() -> None:
+    raw = _raw()
+    catalog = load_catalog()
+    assert raw["bucket_mapping"]["RESTART_FM"] == "restart_fm"  # type: ignore[index]
+    assert catalog.node_agent["restart_fm"].needs == "nvswitch"
+    assert catalog.fails("restart_fm")
+    order = catalog.severity_order
+    assert order.index("restart_app") < order.index("restart_fm") < order.index("reset_gpu")
+    entry = catalog.entries[45]
+    assert (entry.solo_action, entry.gate_action) == ("restart_fm", "ignore")
+
+
+UNUSED = (
+    *range(1, 8), 9, 10, 12, *range(15, 25), *range(26, 31), *range(33, 37), 42, 47,
+    *range(49, 54), *range(55, 60), 61, 65, 73, 81, 87, 90, 91, *range(111, 119),
+    *range(122, 126), 138, 152, 153,
+)  # fmt: skip
+
+
+def test_codes_nvidia_marks_for_none_of_its_gpus_carry_no_action() -> None:
+    # Every row of NVIDIA's Xids sheet whose four "Applies to" columns (A100, H100, B100, GB200)
+    # all say NO, 61 (PMU_BREAKPOINT, "Unused") among them.
+    catalog = load_catalog()
+    assert set(catalog.unused) == set(UNUSED)
+    assert not set(catalog.unused) & set(catalog.entries)
+    verdict = classify(XidEvent("0000:53:00", 61, ""), catalog)
+    assert verdict.action == "unclassified"
+    assert "PMU_BREAKPOINT" in verdict.basis and "A100, H100, B100 and GB200" in verdict.basis
+
+
+def test_xid_61_warns_and_does_not_replace_the_node(root: Path) -> None:
+    # The bare form "NVRM: Xid (PCI:<bus>): <code>" of public parsers' tests (code index id 55744232279).
+    log = "[  812.000001] NVRM: Xid (PCI:0000:53:00): 61\n"
+    ctx, _ = context(p5_healthy().set(DMESG, log), "p5.48xlarge", root)
+    result = check_xid(ctx)
+    assert result.status is Status.WARN
+    assert result.evidence.startswith("Xid 61 on 0000:53:00 -> unclassified (NVIDIA's catalog marks it")
+
+
+# Xid 145 lines in the form leptonai/gpud's tests use (code index id 30235319091):
+# "<subcode> <Fatal|Nonfatal> XC0 i0 Link 00 (<intrInfo> <errorStatus> ...)". The promoted ones set
+# the bit NVIDIA's 'XID 144-150 Decode' sheet names for Action 2 of the RLW_RXPIPE rows.
+def _rxpipe(intr: str, status: str) -> XidEvent:
+    return XidEvent(
+        "0000:04:00", 145, f"RLW_RXPIPE Nonfatal XC0 i0 Link 00 ({intr} {status} 0x00000000 0x00000000)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("intr", "status", "action"),
+    [
+        ("0x00000006", "0x00000001", "restart_app"),  # V2 (R575+), Action 1: stays non-fatal
+        ("0x00000086", "0x00000001", "reset_gpu"),  # V2, bit 7: promoted, Action 2 RESET_GPU
+        ("0x00000086", "0x00000002", "reset_gpu"),
+        ("0x00000086", "0x00000004", "reset_gpu"),
+        ("0x000000c2", "0x00000004", "restart_app"),  # V1 (before R575), Action 1
+        ("0x000004c2", "0x00000001", "reset_gpu"),  # V1, bit 10: promoted
+        ("0x00000086", "0x00000008", "restart_app"),  # status 0x8 is a plain Non-fatal row
+    ],
+)
+def test_promotable_nvlink5_rows_take_their_second_action(intr: str, status: str, action: str) -> None:
+    verdict = classify(_rxpipe(intr, status), load_catalog())
+    assert verdict.action == action
+    if action == "reset_gpu":
+        assert verdict.basis == "WORKFLOW_NVLINK5_ERR, RLW_RXPIPE Non-fatal* promoted: Action 2 RESET_GPU"
+
+
+def test_promotable_rows_carry_their_source() -> None:
+    section = _raw()["nvlink5_promotable"]
+    assert isinstance(section, dict)
+    assert section["source"].startswith(CATALOG_URL)
+    assert [row["subcode"] for row in section["rows"]] == ["RLW_RXPIPE"]
