@@ -154,6 +154,14 @@ class GpuforgeMocks(pulumi.runtime.Mocks):
         self._resources: list[RecordedResource] = []
         self._calls: list[RecordedCall] = []
 
+    @classmethod
+    def replay(cls, resources: Sequence[RecordedResource], *, region: str = DEFAULT_REGION) -> GpuforgeMocks:
+        """Mocks that hold a record made elsewhere (`gpuforge policy check`'s child process), so the
+        views that walk the resource tree read it as they read a run of their own."""
+        mocks = cls(region=region)
+        mocks._resources.extend(resources)
+        return mocks
+
     # -- the record ---------------------------------------------------------------
 
     @property
