@@ -785,3 +785,5 @@ _CALL_ANSWERS: dict[str, CallAnswer] = {
     "aws:iam/getPolicyDocument:getPolicyDocument": _get_policy_document,
     "aws:ec2/getSubnet:getSubnet": _get_subnet,
 }
+# The provider functions these mocks answer themselves (a policy check's answers file may not replace them).
+ANSWERED_CALLS = frozenset(_CALL_ANSWERS)

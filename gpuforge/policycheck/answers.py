@@ -14,9 +14,13 @@ invokes:
     cidrBlock: 10.0.0.0/16
 ```
 
-An answer serves every call of that function, whatever its arguments. The AMI lookup
-(`aws:ec2/getAmi:getAmi`) cannot be answered here: it resolves only from the image
-catalog, so a file cannot turn an unpinned lookup into a pinned one.
+An answer serves every call of that function, whatever its arguments. So a function
+the mocks answer themselves cannot be answered here (`MOCKS_ANSWER`): the AMI lookup
+(`aws:ec2/getAmi:getAmi`) resolves only from the image catalog, so a file cannot turn an
+unpinned lookup into a pinned one, and the others (`getPolicyDocument`, `getRegion`,
+`getAvailabilityZones`, ...) are computed from the call's own arguments and the
+stack's region: a file answer for `getPolicyDocument` would hide the statements the
+program wrote, a `*` on `*` among them, from the IAM rules.
 """
 
 from __future__ import annotations
@@ -29,8 +33,12 @@ from typing import Any
 
 from gpuforge.errors import InputError
 from gpuforge.loading import load_json, load_yaml
+from gpuforge.pulumi_mocks import ANSWERED_CALLS
 
 GET_AMI = "aws:ec2/getAmi:getAmi"
+GET_AVAILABILITY_ZONES = "aws:index/getAvailabilityZones:getAvailabilityZones"
+# Every function `mocks.PolicyCheckMocks` answers itself, from the call's arguments, the region or the catalog.
+MOCKS_ANSWER = frozenset({GET_AMI, GET_AVAILABILITY_ZONES, *ANSWERED_CALLS})
 INVOKES_KEY = "invokes"
 # A function token is package:module:function, e.g. aws:ec2/getVpc:getVpc.
 _TOKEN = re.compile(r"^[A-Za-z][\w-]*:[\w/.-]*:\w+$")
@@ -70,6 +78,13 @@ def load_answers(path: Path) -> MockAnswers:
                 f"{path}: {INVOKES_KEY}.{token}: the AMI lookup is answered from the image catalog only, so "
                 "that a lookup pins an AMI in the program, not in a test file. Fix: remove the entry, and "
                 "filter the lookup on the image-id or exact name of a catalogued AMI (or use the id itself)."
+            )
+        if token in MOCKS_ANSWER:
+            raise InputError(
+                f"{path}: {INVOKES_KEY}.{token}: gpuforge's mocks answer this function themselves, from the "
+                "arguments of each call and the stack's region, and an answer here would serve every call "
+                "whatever its arguments (for getPolicyDocument, it would hide the statements the program "
+                "wrote from the IAM rules). Fix: remove the entry; the answer is computed for you."
             )
         if not isinstance(result, dict):
             raise InputError(

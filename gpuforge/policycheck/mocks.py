@@ -4,7 +4,7 @@
 region, partition and caller identity) with three additions:
 
 - `aws.get_availability_zones`: three zones, `<region>a` to `<region>c`, with stand-in
-  zone ids `<region>-az1`...; pass a mock-answers file to give others;
+  zone ids `<region>-az1`..., less the call's `exclude_names`;
 - `aws.ec2.get_ami`, answered from the image catalog, never from AWS. A lookup resolves
   to a catalogued AMI only when its filters pin one: an `image-id` filter with one value,
   or a `name` filter with one value and no wildcard (`*`, `?`), that is a catalogued AMI
@@ -15,8 +15,9 @@ region, partition and caller identity) with three additions:
   and `gpuforge policy check` names the lookup in that verdict. Under `pulumi preview`
   the same lookup returns whatever AWS has newest that day, which the catalog does not
   record either;
-- the user's answers (`answers.MockAnswers`) for any other function. A function with no
-  answer stops the run with an InputError naming it and the file to write.
+- the user's answers (`answers.MockAnswers`) for any other function (a file cannot answer
+  one of these, see `answers.MOCKS_ANSWER`). A function with no answer stops the run
+  with an InputError naming it and the file to write.
 
 A catalogued AMI's name is the one the image pipeline gives it
 (`gpuforge.images.render.ami_name`), known when the matrix it was built from is under
@@ -38,11 +39,9 @@ from gpuforge.errors import InputError
 from gpuforge.images.catalog import Catalog, CatalogEntry
 from gpuforge.images.render import ami_name
 from gpuforge.policies.pinned_images import MatrixIndex
-from gpuforge.policycheck.answers import GET_AMI, INVOKES_KEY, MockAnswers
-from gpuforge.pulumi_mocks import _CALL_ANSWERS as BUILT_IN_CALLS  # the base mocks' own answers
-from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedCall
+from gpuforge.policycheck.answers import GET_AMI, GET_AVAILABILITY_ZONES, INVOKES_KEY, MockAnswers
+from gpuforge.pulumi_mocks import ANSWERED_CALLS, GpuforgeMocks, RecordedCall
 
-GET_AVAILABILITY_ZONES = "aws:index/getAvailabilityZones:getAvailabilityZones"
 UNPINNED_PREFIX = "ami-unpinned-"
 _WILDCARDS = ("*", "?")
 ZONE_LETTERS = "abc"
@@ -167,12 +166,12 @@ class PolicyCheckMocks(GpuforgeMocks):
             with self._lock:
                 self._lookups.append(lookup)
             return self._record(token, call_args, self._ami_result(lookup))
-        if token in self.answers.invokes:
-            return self._record(token, call_args, dict(self.answers.invokes[token]))
         if token == GET_AVAILABILITY_ZONES:
             return self._record(token, call_args, self._zones(call_args))
-        if token in BUILT_IN_CALLS:
+        if token in ANSWERED_CALLS:
             return super().call(args)
+        if token in self.answers.invokes:
+            return self._record(token, call_args, dict(self.answers.invokes[token]))
         raise self._unanswered(token, call_args)
 
     def _record(

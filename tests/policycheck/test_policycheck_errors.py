@@ -262,3 +262,52 @@ def test_the_command_prints_no_traceback(tmp_path: Path) -> None:
     assert done.stdout == ""
     assert done.stderr.startswith("gpuforge: error: ")
     assert "Traceback" not in done.stderr and "never retrieved" not in done.stderr
+
+
+WILDCARD_POLICY_PROGRAM = """
+import json
+import pulumi_aws as aws
+
+role = aws.iam.Role("nodes", assume_role_policy=json.dumps({
+    "Version": "2012-10-17",
+    "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+}))
+everything = aws.iam.get_policy_document(statements=[{"actions": ["*"], "resources": ["*"]}])
+aws.iam.RolePolicy("admin", role=role.id, policy=everything.json)
+"""
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "aws:iam/getPolicyDocument:getPolicyDocument",
+        "aws:index/getCallerIdentity:getCallerIdentity",
+        "aws:index/getAvailabilityZones:getAvailabilityZones",
+        "aws:ec2/getSubnet:getSubnet",
+    ],
+)
+def test_an_answer_for_a_function_the_mocks_answer_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, token: str
+) -> None:
+    """A file answer serves every call whatever its arguments: for getPolicyDocument it hid a `*` on `*`."""
+    project = _project(tmp_path / "infra", WILDCARD_POLICY_PROGRAM)
+    answers = tmp_path / "answers.yaml"
+    answers.write_text(
+        f'invokes:\n  {token}:\n    id: \'1\'\n    json: \'{{"Version": "2012-10-17", "Statement": []}}\'\n',
+        encoding="utf-8",
+    )
+    err = _fails(capsys, str(project), "--mock-answers", str(answers))
+    assert f"{answers}: invokes.{token}: gpuforge's mocks answer this function themselves" in err
+    assert "Fix: remove the entry" in err
+
+
+def test_the_wildcard_policy_document_is_judged_from_the_programs_own_statements(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    project = _project(tmp_path / "infra", WILDCARD_POLICY_PROGRAM)
+    code = main(["policy", "check", str(project), "--json"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert [v["policy"] for v in document["policies"] if v["enforcement"] == "mandatory"] == [
+        "iam-no-wildcard"
+    ]
