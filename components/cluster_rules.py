@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from gpuforge import hardware
 from gpuforge.components.input_errors import invalid
 from gpuforge.errors import UnknownInstanceType
+from gpuforge.scheduler import slurm_values
 from gpuforge.subnet_limits import SUBNET_RESERVED_ADDRESSES, SUBNET_SIZING_SOURCE
 
 if TYPE_CHECKING:
@@ -51,8 +52,7 @@ _TAG_VALUE_MAX = 256
 # Tags gpuforge sets itself (cluster, matrix pins); users may not override them.
 GPUFORGE_TAG_PREFIX = "gpuforge:"
 
-_CAPACITY_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
-_AVAILABILITY_ZONE = re.compile(r"^(?P<region>[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-\d+)[a-z]$")
+# Reservation ids and zone names are checked whole by gpuforge.scheduler.slurm_values' rules.
 # Terraform/Pulumi duration strings for wait_for_capacity_timeout, e.g. "0", "20m", "1h30m".
 _DURATION = re.compile(r"^(?:0|(?=\d)(?:\d+h)?(?:\d+m)?(?:\d+s)?)$")
 
@@ -67,12 +67,8 @@ def instance_type(name: str) -> hardware.InstanceType:
 
 def region_of_zone(zone: str) -> str:
     """The region an Availability Zone name belongs to (us-east-1a -> us-east-1)."""
-    match = _AVAILABILITY_ZONE.match(zone)
-    if match is None:
-        raise invalid(
-            "availability_zone", zone, "not an Availability Zone name", "use a zone such as us-east-1a"
-        )
-    return match["region"]
+    slurm_values.AVAILABILITY_ZONE.check(zone, field="availability_zone")
+    return slurm_values.availability_zone_region(zone)
 
 
 def check_availability_zone(zone: str, region: str, region_from: str = "the AMI's region") -> None:
@@ -100,13 +96,7 @@ def check_capacity(capacity: CapacitySpec) -> None:
             f"{what} is used through its reservation id; without one the nodes could not use it",
             "set reservation_id to the cr-... id of the reservation",
         )
-    if not _CAPACITY_RESERVATION_ID.match(capacity.reservation_id):
-        raise invalid(
-            "capacity.reservation_id",
-            capacity.reservation_id,
-            "a Capacity Reservation id is 'cr-' followed by 17 hex digits",
-            "copy the id from `aws ec2 describe-capacity-reservations`",
-        )
+    slurm_values.RESERVATION_ID.check(capacity.reservation_id, field="capacity.reservation_id")
     if capacity.type == "reservation":
         _refuse_set(capacity, ("start", "end"), "an On-Demand Capacity Reservation")
         if capacity.placement_group is not None and not 1 <= len(capacity.placement_group) <= 255:

@@ -30,6 +30,7 @@ from pydantic import (
 
 from gpuforge.components import cluster_rules, lustre_rules
 from gpuforge.components.input_errors import from_validation_error, invalid
+from gpuforge.scheduler import slurm_values
 from gpuforge.subnet_limits import MAX_NODE_COUNT
 
 CapacityType = Literal["on-demand", "reservation", "capacity-block"]
@@ -48,9 +49,6 @@ _AMI_ID = re.compile(r"^ami-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
 _VPC_ID = re.compile(r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
 _SUBNET_ID = re.compile(r"^subnet-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
 _ROUTE_TABLE_ID = re.compile(r"^rtb-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
-# Capacity Reservation ids (ODCRs and Capacity Blocks alike), e.g. cr-0123456789abcdef0.
-# Source: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CapacityReservation.html
-_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 _REGION = re.compile(r"^[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-\d+$")
 # A matrix digest is the sha256 hex of the normalized matrix (gpuforge.images.matrix.digest).
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
@@ -60,9 +58,6 @@ _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _S3_PATH = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](?:/.*)?$")
 _KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:(?:key|alias)/.+$")
-# The cluster name prefixes every resource name, IAM names and the bucket name, so it
-# keeps to the characters all of them accept (lowercase for S3).
-_CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,27}[a-z0-9]$")
 
 
 class _Spec(BaseModel):
@@ -361,14 +356,8 @@ class GpuClusterSpec(_Spec):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _CLUSTER_NAME.match(value):
-            raise invalid(
-                "name",
-                value,
-                "a cluster name is 2-29 lowercase letters, digits and hyphens, starting with a letter",
-                "rename it; it prefixes resource, IAM and bucket names",
-            )
-        return value
+        # The rule `gpuforge scheduler render` applies too: the name is also Slurm's ClusterName.
+        return slurm_values.CLUSTER_NAME.check(value, field="name")
 
     @model_validator(mode="after")
     def _rules(self) -> Self:
@@ -396,16 +385,8 @@ class GpuClusterSpec(_Spec):
 
 
 SchedulerType = Literal["slurm", "none"]
-# Slurm reads a partition name up to the first space, comma or '=', and `DEFAULT` sets the
-# defaults of every partition. gpuforge keeps to letters, digits, '_' and '-' (which every
-# Slurm command and sinfo column shows as written), starting with a letter.
-# Source: https://slurm.schedmd.com/slurm.conf.html#SECTION_PARTITION-CONFIGURATION
-_PARTITION_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
-# MaxTime forms slurm.conf accepts: UNLIMITED, minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
-# Source: https://slurm.schedmd.com/slurm.conf.html#OPT_MaxTime
-_MAX_TIME = re.compile(r"^(?:UNLIMITED|INFINITE|\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d{1,2}(?::\d{2}){0,2})$")
-# An EC2 instance type name: family (letters, digits, '-') and size, e.g. m7i.2xlarge.
-_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
+# Partition names, MaxTime and the controller's instance type are checked by the rules in
+# gpuforge.scheduler.slurm_values, which the renderer applies again to every value it writes.
 _SLURM_DOC = "https://slurm.schedmd.com/slurm.conf.html#SECTION_PARTITION-CONFIGURATION"
 
 
@@ -423,29 +404,12 @@ class PartitionSpec(_Spec):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if value.upper() == "DEFAULT" or not _PARTITION_NAME.match(value):
-            raise invalid(
-                "partitions.name",
-                value,
-                "a Slurm partition name is 1-64 letters, digits, '_' and '-', starting with a letter, "
-                "and not DEFAULT (slurm.conf reads PartitionName=DEFAULT as every partition's defaults)",
-                "rename the partition, e.g. gpu or batch",
-                source=_SLURM_DOC,
-            )
-        return value
+        return slurm_values.PARTITION_NAME.check(value, field="partitions.name")
 
     @field_validator("max_time")
     @classmethod
     def _max_time(cls, value: str | None) -> str | None:
-        if value is not None and not _MAX_TIME.match(value):
-            raise invalid(
-                "partitions.maxTime",
-                value,
-                "MaxTime is UNLIMITED, minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS",
-                "write it as e.g. 2-00:00:00 (two days) or 720 (minutes)",
-                source="https://slurm.schedmd.com/slurm.conf.html#OPT_MaxTime",
-            )
-        return value
+        return None if value is None else slurm_values.MAX_TIME.check(value, field="partitions.maxTime")
 
 
 class SchedulerSpec(_Spec):
@@ -479,13 +443,11 @@ class SchedulerSpec(_Spec):
                 "a Slurm cluster needs a controller instance type",
                 "set controllerInstanceType, e.g. m7i.2xlarge",
             )
-        if not _INSTANCE_TYPE.match(self.controller_instance_type):
-            raise invalid(
-                "scheduler.controllerInstanceType",
-                self.controller_instance_type,
-                "not an EC2 instance type name (family.size)",
-                "give a CPU instance type such as m7i.2xlarge",
-            )
+        slurm_values.INSTANCE_TYPE.check(
+            self.controller_instance_type,
+            field="scheduler.controllerInstanceType",
+            fix="give a CPU instance type AWS sells, such as m7i.2xlarge",
+        )
         names = [partition.name for partition in self.partitions]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:

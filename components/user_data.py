@@ -86,7 +86,8 @@ STATE_VOLUME_WAIT_S = 600
 CLOUD_INIT_HOSTNAME_CFG = "/etc/cloud/cloud.cfg.d/99-gpuforge-hostname.cfg"
 # Characters a value may hold to pass through /etc/default/slurmd's double quotes and the single
 # quotes around --conf unchanged (systemd reads the file, then splits $SLURMD_OPTIONS on unquoted space).
-_PLAIN_OPTION = re.compile(r"^[A-Za-z0-9 =,:._/+-]+$")
+# Matched whole (fullmatch): `$` would let a trailing newline through into the file.
+_PLAIN_OPTION = re.compile(r"[A-Za-z0-9 =,:._/+-]+")
 
 
 @dataclass(frozen=True)
@@ -438,7 +439,7 @@ def _slurm_key_variables(key_secret_arn: str, slurm_user: str) -> dict[str, str]
 
 def _slurm_join(join: SlurmJoin) -> dict[str, str]:
     for name, value in (("conf_server", join.conf_server), ("registration", join.registration)):
-        if not _PLAIN_OPTION.match(value):
+        if not _PLAIN_OPTION.fullmatch(value):
             raise ValueError(f"SlurmJoin.{name} = {value!r} holds characters slurmd's options cannot carry")
     return {
         **_slurm_key_variables(join.key_secret_arn, join.slurm_user),

@@ -82,6 +82,7 @@ from gpuforge.components.specs import (
 )
 from gpuforge.errors import InputError
 from gpuforge.loading import load_yaml
+from gpuforge.scheduler import slurm_values
 from gpuforge.subnet_limits import MAX_NODE_COUNT
 
 NAMESPACE = "gpuforge"
@@ -104,7 +105,6 @@ KNOWN_KEYS: tuple[str, ...] = tuple(f"{NAMESPACE}:{key}" for key in _KEY_KINDS)
 
 DOC = "the gpuforge:* keys are listed in gpuforge/stack_config.py and the README ('Stacks')"
 
-_REGION_PATTERN = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 _T = TypeVar("_T")
 
 
@@ -427,17 +427,30 @@ def _component_rule(source: str, where: str, check: Callable[[], _T]) -> _T:
         raise InputError(f"{prefix}: {message}") from None
 
 
+def _check_stack_name(source: str, stack: str) -> None:
+    """The stack name is the cluster's name (`cluster_spec`), and so Slurm's ClusterName: the one
+    rule of both, checked before anything is built, so `plan` and `scheduler render` agree."""
+    problem = slurm_values.CLUSTER_NAME.problem(stack)
+    if problem is not None:
+        raise InputError(
+            f"{source}: stack name {slurm_values.shown(stack)}: the cluster is named after its stack, and "
+            f"{problem}. Fix: use a stack whose name keeps to that rule (`pulumi stack init NAME`, "
+            f"or `pulumi stack rename NAME`). (source: {slurm_values.CLUSTER_NAME.source})"
+        )
+
+
 def parse_engine_values(
     values: Mapping[str, str], *, project: str, stack: str, stack_dir: Path, source: str
 ) -> StackConfig:
     """Validate engine-form config values (key -> string) into a StackConfig."""
     _check_namespaces(source, project, values)
     region = values.get(REGION_KEY)
-    if region is None or not _REGION_PATTERN.match(region):
+    if region is None or not slurm_values.REGION.ok(region):
         raise InputError(
-            f"{source}: {REGION_KEY} = {region!r}: every stack needs an AWS region name. "
-            f"Fix: set {REGION_KEY}, e.g. `{REGION_KEY}: us-east-1`."
+            f"{source}: {REGION_KEY} = {slurm_values.shown(region)}: every stack needs an AWS region name "
+            f"({slurm_values.REGION.rule}). Fix: set {REGION_KEY}, e.g. `{REGION_KEY}: us-east-1`."
         )
+    _check_stack_name(source, stack)
     decoded = {
         key.split(":", 1)[1]: _decode(source, key, raw)
         for key, raw in values.items()

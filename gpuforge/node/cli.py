@@ -27,9 +27,20 @@ from gpuforge.node.imds import TIMEOUT_S, Identity, ImdsClient
 from gpuforge.node.manifest import DEFAULT_MANIFEST, load_manifest
 from gpuforge.node.report import NodeReport, dumps, write_report
 from gpuforge.node.runner import CachedRunner, SubprocessRunner
+from gpuforge.scheduler import slurm_values
 
 EXIT_HEALTHY = 0
 EXIT_UNHEALTHY = 1
+
+
+def _slurm_node_name(value: str) -> str:
+    """--node-name, checked whole before anything runs (`ALL` would drain every node): exit 2 otherwise."""
+    problem = slurm_values.NODE_NAME.problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(
+            f"{slurm_values.shown(value)}: {problem}. Fix: {slurm_values.NODE_NAME.fix}"
+        )
+    return value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,6 +78,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     check.add_argument(
         "--node-name",
         metavar="NAME",
+        type=_slurm_node_name,
         help="the node's Slurm name for --slurm (default: $SLURMD_NODENAME, else the short hostname)",
     )
     check.add_argument(

@@ -50,11 +50,13 @@ from gpuforge.node.gpus import gpu_query
 from gpuforge.node.report import CheckResult, NodeReport
 from gpuforge.node.runner import CommandResult, Runner
 from gpuforge.node.xid import DMESG, classify, load_catalog, parse_xids
+from gpuforge.scheduler import slurm_values
 
 REASON_PREFIX = "gpuforge:"
 # `sinfo -R` prints 20 characters of a reason by default; the start must say what broke.
 REASON_MAX_CHARS = 80
 NODE_NAME_ENV = "SLURMD_NODENAME"
+NODE_NAME_FIELD = f"node name (--node-name, else ${NODE_NAME_ENV}, else the short hostname)"
 # Time budget of one --slurm run, in seconds from its start; slurmd kills it at 60.
 # Check commands end by 25 s (each at most 15); Slurm's commands by 40 s (each at most
 # 12: scontrol takes 10 s to say that slurmctld is unreachable); IMDS takes at most
@@ -132,6 +134,8 @@ def show_node_argv(node: str) -> tuple[str, ...]:
 
 
 def drain_argv(node: str, reason: str) -> tuple[str, ...]:
+    # scontrol reads NodeName=ALL as every node and a nodeset's name as all of its nodes.
+    slurm_values.NODE_NAME.check(node, field=NODE_NAME_FIELD)
     return ("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
 
 
@@ -235,6 +239,11 @@ class SlurmAgent:
     run: Runner
     state_file: Path
     report_asg: Callable[[], str] | None  # reports Unhealthy, returns what it marked; None: no --report-asg
+
+    def __post_init__(self) -> None:
+        # Before Slurm is asked anything: a name scontrol reads as many nodes (ALL, a nodeset)
+        # or as more than one word would drain nodes that are not this one.
+        slurm_values.NODE_NAME.check(self.node, field=NODE_NAME_FIELD)
 
     def _scontrol(self, argv: tuple[str, ...]) -> CommandResult:
         result = self.run(argv)

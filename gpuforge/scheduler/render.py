@@ -22,7 +22,7 @@ from packaging.version import Version
 
 from gpuforge import hardware
 from gpuforge.errors import InputError
-from gpuforge.scheduler import versions
+from gpuforge.scheduler import slurm_values, versions
 from gpuforge.scheduler.topology import NetworkTopology
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ TOPOLOGY_NAME = "default"
 # Nodes are put into partitions through this nodeset, which selects them by feature: a
 # dynamic node's name is not known before it boots. Source:
 # https://slurm.schedmd.com/dynamic_nodes.html (partitions and nodesets with Feature=).
-NODESET = "gpunodes"
+NODESET = slurm_values.NODESET
 # Slurm kills the HealthCheckProgram after this long (its default HealthCheckTimeout).
 # Source: https://slurm.schedmd.com/slurm.conf.html#OPT_HealthCheckProgram
 HEALTH_CHECK_TIMEOUT_S = 60
@@ -75,6 +75,27 @@ class SlurmSite:
     health_check_interval_s: int = 300
 
     def __post_init__(self) -> None:
+        slurm_values.HOST_NAME.check(self.controller_host, field="SlurmSite.controller_host")
+        slurm_values.check_address(self.controller_addr, field="SlurmSite.controller_addr")
+        for port_field in ("slurmctld_port", "slurmd_port"):
+            slurm_values.check_port(getattr(self, port_field), field=f"SlurmSite.{port_field}")
+        low, high = self.srun_port_range
+        slurm_values.check_port(low, field="SlurmSite.srun_port_range")
+        if slurm_values.check_port(high, field="SlurmSite.srun_port_range") < low:
+            raise InputError(
+                f"SlurmSite.srun_port_range = {self.srun_port_range}: the first port is above the last. "
+                "Fix: give (first, last), e.g. (60001, 63000)."
+            )
+        slurm_values.USER_NAME.check(self.slurm_user, field="SlurmSite.slurm_user")
+        for path_field in (
+            "state_dir",
+            "spool_dir",
+            "log_dir",
+            "run_dir",
+            "gpu_device_prefix",
+            "health_check_program",
+        ):
+            slurm_values.PATH.check(getattr(self, path_field), field=f"SlurmSite.{path_field}")
         # slurmd 26.05.5 refuses to start with "HealthCheckTimeout (60) must be less than
         # HealthCheckInterval" (seen running the rendered config in tests/scheduler).
         if self.health_check_interval_s <= HEALTH_CHECK_TIMEOUT_S:
@@ -97,6 +118,37 @@ class SlurmCluster:
     slurm_version: str  # the matrix's exact pin, e.g. "26.05.5"
     site: SlurmSite
     topology: NetworkTopology | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse any value Slurm would read differently from what it says, before a file is rendered.
+
+        Each rule is gpuforge.scheduler.slurm_values', the same the stack config and the
+        components use, so a value that passes there is never refused here and a value built
+        in code cannot skip them.
+        """
+        slurm_values.CLUSTER_NAME.check(self.name, field="cluster name (SlurmCluster.name)")
+        slurm_values.SLURM_VERSION.check(self.slurm_version, field="SlurmCluster.slurm_version")
+        if isinstance(self.max_nodes, bool) or not isinstance(self.max_nodes, int) or self.max_nodes < 1:
+            raise InputError(
+                f"SlurmCluster.max_nodes = {slurm_values.shown(self.max_nodes)}: MaxNodeCount is a whole number "
+                "of 1 or more. Fix: give the node group's largest size."
+            )
+        slurm_values.GRES_TYPE.check(
+            self.gpu_type, field=f"GPU model {self.instance_type.gpu_model!r} of {self.instance_type.name}"
+        )
+        for feature in self.features:
+            slurm_values.FEATURE.check(feature, field="SlurmCluster.features")
+        for partition in self.scheduler.effective_partitions:
+            slurm_values.PARTITION_NAME.check(partition.name, field="scheduler.partitions.name")
+            if partition.max_time is not None:
+                slurm_values.MAX_TIME.check(
+                    partition.max_time, field=f"scheduler.partitions[{partition.name}].maxTime"
+                )
+        if self.topology is not None:
+            for switch in sorted(
+                {*self.topology.children, *(s for below in self.topology.children.values() for s in below)}
+            ):
+                slurm_values.SWITCH_NAME.check(switch, field="topology switch name")
 
     @property
     def version(self) -> Version:
@@ -262,4 +314,5 @@ def node_registration(cluster: SlurmCluster) -> str:
 
 def topology_argument(leaf_switch: str) -> str:
     """The `--conf` field a dynamic node adds to join the tree under `leaf_switch` (Slurm 25.05+)."""
+    slurm_values.SWITCH_NAME.check(leaf_switch, field="leaf switch")
     return f"Topology={TOPOLOGY_NAME}:{leaf_switch}"

@@ -182,17 +182,25 @@ MAX_TIME = Rule(
 SLURM_VERSION = Rule(
     what="a Slurm version",
     pattern=re.compile(r"[0-9]{2}\.[0-9]{2}\.[0-9]{1,3}"),
-    rule="a Slurm version is one exact SchedMD release, YY.MM.MICRO in ASCII digits (e.g. 26.05.5)",
+    rule="a Slurm version is one exact release, YY.MM.MICRO in ASCII digits (e.g. 26.05.5), as SchedMD numbers them",
     fix="give the release number of a SchedMD release, as the matrix's slurm.version pins it",
     source="https://www.schedmd.com/download-slurm/ (release numbering)",
 )
 
 # --- AWS values that reach the controller, the nodes or Slurm ---
 
+REGION = Rule(
+    what="an AWS region",
+    pattern=re.compile(r"[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-[0-9]{1,2}"),
+    rule="an AWS region name is lowercase letters and hyphens ending in a number (e.g. us-east-1), in ASCII",
+    fix="set the region the cluster runs in, e.g. us-east-1",
+    source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-regions-availability-zones.html",
+)
+
 AVAILABILITY_ZONE = Rule(
     what="an availability zone",
     pattern=re.compile(r"(?P<region>[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-[0-9]{1,2})[a-z]"),
-    rule="an availability zone is a region name and one letter (e.g. us-east-1a), in ASCII",
+    rule="not an Availability Zone name: a zone is a region name and one letter (e.g. us-east-1a), in ASCII",
     fix="use a zone of the stack's region, e.g. us-east-1a",
     source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-regions-availability-zones.html",
 )
@@ -200,7 +208,7 @@ AVAILABILITY_ZONE = Rule(
 RESERVATION_ID = Rule(
     what="a capacity reservation id",
     pattern=re.compile(r"cr-[0-9a-f]{17}"),
-    rule="a capacity reservation id (ODCR or Capacity Block) is 'cr-' and 17 lowercase hex digits",
+    rule="a Capacity Reservation id is 'cr-' followed by 17 lowercase hex digits (ODCRs and Capacity Blocks alike)",
     fix="copy the id from the EC2 console or `aws ec2 describe-capacity-reservations`",
     source="https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CapacityReservation.html",
 )
@@ -222,7 +230,10 @@ def aws_instance_types() -> frozenset[str]:
     import botocore.session
 
     model = botocore.session.get_session().get_service_model("ec2")
-    return frozenset(model.shape_for("InstanceType").enum)
+    shape = model.shape_for("InstanceType")
+    # StringShape carries `enum`; botocore-stubs types shape_for as the base Shape.
+    names: list[str] = getattr(shape, "enum", [])
+    return frozenset(names)
 
 
 class _InstanceTypeRule(Rule):

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 
 from gpuforge.atomic import write_text_atomic
 from gpuforge.errors import GpuforgeError
-from gpuforge.scheduler.render import TOPOLOGY_NAME
+from gpuforge.scheduler import slurm_values
+from gpuforge.scheduler.render import topology_argument
 from gpuforge.scheduler.topology import NetworkTopology, fetch_instance_topology, from_response
 
 if TYPE_CHECKING:
@@ -117,6 +118,9 @@ def sync_topology(
     ec2: EC2Client, scontrol: Scontrol, *, cluster: str, instance_type: str, topology_conf: Path
 ) -> SyncResult:
     """One round; see the module docstring. Idempotent: a second round with no change does nothing."""
+    # The cluster's name is written into topology.conf (its pending switch) before AWS is asked.
+    slurm_values.CLUSTER_NAME.check(cluster, field="--cluster")
+    slurm_values.INSTANCE_TYPE.check(instance_type, field="--instance-type")
     ids = running_nodes(ec2, cluster, instance_type)
     if not ids:
         return SyncResult(nodes_seen=0, switches_added=(), placed={})
@@ -137,6 +141,7 @@ def sync_topology(
     for node in sorted(known):
         leaf = aws.leaf_of(node)
         if leaf is not None and leaf_of.get(node) != leaf:
-            scontrol(["update", f"NodeName={node}", f"Topology={TOPOLOGY_NAME}:{leaf}"])
+            name = slurm_values.NODE_NAME.check(node, field="Slurm node name")
+            scontrol(["update", f"NodeName={name}", topology_argument(leaf)])
             placed[node] = leaf
     return SyncResult(nodes_seen=len(ids), switches_added=added, placed=placed)

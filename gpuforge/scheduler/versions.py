@@ -17,10 +17,12 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict
 
 from gpuforge.errors import InputError
+from gpuforge.scheduler import slurm_values
 
 SLURM_FILE = "data/slurm.yaml"
-# Slurm's own release numbering: YY.MM.MICRO (e.g. 26.05.5).
-SLURM_VERSION = re.compile(r"^\d{2}\.\d{2}\.\d+$")
+# Slurm's own release numbering: YY.MM.MICRO (e.g. 26.05.5), slurm_values' rule. `\Z` makes
+# `.match` (as the matrix rules call it) take the whole text: `$` would let a trailing newline through.
+SLURM_VERSION = re.compile(rf"(?:{slurm_values.SLURM_VERSION.pattern.pattern})\Z")
 
 
 class _Strict(BaseModel):
@@ -68,11 +70,7 @@ def facts() -> SlurmFacts:
 
 def parse_version(text: str, *, where: str) -> Version:
     """A Slurm release number (`26.05.5`), or an InputError naming `where` and the form."""
-    if not SLURM_VERSION.match(text):
-        raise InputError(
-            f"{where} = {text!r}: a Slurm version is one exact release, YY.MM.MICRO (e.g. 26.05.5). "
-            "Fix: give the release number of a SchedMD release."
-        )
+    slurm_values.SLURM_VERSION.check(text, field=where)
     try:
         return Version(text)
     except InvalidVersion:  # unreachable for the pattern above; kept as a clear error, not a traceback

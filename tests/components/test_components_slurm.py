@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import ipaddress
 import json
 from typing import Any
@@ -33,6 +34,8 @@ from gpuforge.components.slurm_controller import (
     controller_address,
     slurm_cluster,
 )
+from gpuforge.components.user_data import SlurmJoin, UserDataParams
+from gpuforge.components.user_data import render as render_user_data
 from gpuforge.errors import InputError
 from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedResource, install
 from gpuforge.scheduler.render import SlurmSite, node_registration
@@ -379,3 +382,18 @@ def test_a_type_without_aws_topology_gets_no_sync_and_no_topology_plugin(mocks: 
     assert "start_topology_sync" not in controller_user_data(mocks).split("main() {")[1]
     assert "topology.conf" not in out["files"]
     assert "TopologyPlugin" not in out["files"]["slurm.conf"]
+
+
+@pytest.mark.parametrize("field", ["conf_server", "registration"])
+def test_a_newline_in_slurmd_s_options_never_reaches_the_node_s_user_data(field: str) -> None:
+    join = SlurmJoin(
+        conf_server="10.0.0.10:6817",
+        registration="CPUs=192 Feature=p5.48xlarge",
+        key_secret_arn="arn:aws:secretsmanager:us-east-1:123456789012:secret:demo-slurm-key-secret-AbCdEf",
+    )
+    hostile = dataclasses.replace(join, **{field: getattr(join, field) + "\n"})
+    with pytest.raises(ValueError, match="slurmd's options cannot carry"):
+        render_user_data(UserDataParams("demo", "p5.48xlarge", 8, None, True, slurm=hostile))
+    assert "SLURM_NODE_CONF=" in render_user_data(
+        UserDataParams("demo", "p5.48xlarge", 8, None, True, slurm=join)
+    )

@@ -31,7 +31,7 @@ SLURM = SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge")
 
 def _cluster(instance_type: str, version: str = "26.05.5", **changes: object) -> SlurmCluster:
     values: dict[str, object] = {
-        "name": "t",
+        "name": "tc",
         "instance_type": hardware.get(instance_type),
         "capacity_type": "on-demand",
         "max_nodes": 4,
@@ -254,7 +254,7 @@ def test_sync_topology_without_aws_exits_1_naming_the_permissions(
         "scheduler",
         "sync-topology",
         "--cluster",
-        "c",
+        "cl",
         "--instance-type",
         "p5.48xlarge",
         "--region",
