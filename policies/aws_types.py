@@ -6,6 +6,8 @@ from typing import Final
 
 LAUNCH_TEMPLATE: Final = "aws:ec2/launchTemplate:LaunchTemplate"
 INSTANCE: Final = "aws:ec2/instance:Instance"
+SPOT_INSTANCE_REQUEST: Final = "aws:ec2/spotInstanceRequest:SpotInstanceRequest"
+LAUNCH_CONFIGURATION: Final = "aws:ec2/launchConfiguration:LaunchConfiguration"
 AUTOSCALING_GROUP: Final = "aws:autoscaling/group:Group"
 PLACEMENT_GROUP: Final = "aws:ec2/placementGroup:PlacementGroup"
 CAPACITY_RESERVATION: Final = "aws:ec2/capacityReservation:CapacityReservation"
@@ -23,8 +25,19 @@ BUCKET_ENCRYPTION: Final = (
     "aws:s3/bucketServerSideEncryptionConfigurationV2:BucketServerSideEncryptionConfigurationV2",
 )
 
-NODES: Final = (LAUNCH_TEMPLATE, INSTANCE)
-"""The resources that say how a node is launched: its AMI, type, interfaces, metadata and disks."""
+INSTANCES: Final = (INSTANCE, SPOT_INSTANCE_REQUEST)
+"""Resources that launch one instance with an instance's own settings, field for field (pulumi-aws 7.x
+`ec2.SpotInstanceRequestArgs` repeats `ec2.InstanceArgs`, plus the spot request's own fields)."""
+
+NODES: Final = (LAUNCH_TEMPLATE, *INSTANCES, LAUNCH_CONFIGURATION)
+"""The resources that say how a node is launched: its AMI, type, interfaces, metadata and disks.
+
+A launch configuration (an Auto Scaling group's older launch source) has the instance's
+top-level settings (`associate_public_ip_address`, `key_name`, `metadata_options`,
+`root_block_device`, `ebs_block_devices`) with the AMI under `image_id`. EC2 Fleet and
+Spot Fleet requests launch from launch templates (checked as such) or, for Spot Fleet,
+from `launch_specifications`, which these rules do not read yet.
+"""
 
 BUCKET_POLICY: Final = "aws:s3/bucketPolicy:BucketPolicy"
 IAM_ROLE: Final = "aws:iam/role:Role"

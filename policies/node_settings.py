@@ -23,7 +23,18 @@ from gpuforge.policies import aws_types
 from gpuforge.policies.props import at, is_set, snake, text
 
 # Where each setting lives, by resource type (camelCased, as the engine sends props).
-AMI_FIELD = {aws_types.LAUNCH_TEMPLATE: "imageId", aws_types.INSTANCE: "ami"}
+AMI_FIELD = {
+    aws_types.LAUNCH_TEMPLATE: "imageId",
+    aws_types.INSTANCE: "ami",
+    aws_types.SPOT_INSTANCE_REQUEST: "ami",
+    aws_types.LAUNCH_CONFIGURATION: "imageId",
+}
+_KINDS = {
+    aws_types.LAUNCH_TEMPLATE: "launch template",
+    aws_types.INSTANCE: "instance",
+    aws_types.SPOT_INSTANCE_REQUEST: "spot instance request",
+    aws_types.LAUNCH_CONFIGURATION: "launch configuration",
+}
 
 
 @dataclass(frozen=True)
@@ -33,19 +44,26 @@ class NodeSettings:
 
     @classmethod
     def of(cls, args: ResourceValidationArgs) -> NodeSettings | None:
-        """The settings of a launch template or an instance; None for any other resource."""
+        """The settings of a launch template, an instance or another launcher (`aws_types.NODES`); None for
+        any other resource."""
         if args.resource_type not in aws_types.NODES:
             return None
         return cls(args.resource_type, args.props)
 
     @property
     def kind(self) -> str:
-        return "launch template" if self.resource_type == aws_types.LAUNCH_TEMPLATE else "instance"
+        return _KINDS[self.resource_type]
+
+    @property
+    def is_template(self) -> bool:
+        """A launch template, whose settings sit under network_interfaces and block_device_mappings; the
+        other launchers carry an instance's top-level settings."""
+        return self.resource_type == aws_types.LAUNCH_TEMPLATE
 
     @property
     def from_template(self) -> bool:
-        """An instance launched from a launch template."""
-        return self.resource_type == aws_types.INSTANCE and is_set(at(self.props, "launchTemplate"))
+        """An instance (or spot instance request) launched from a launch template."""
+        return self.resource_type in aws_types.INSTANCES and is_set(at(self.props, "launchTemplate"))
 
     @property
     def is_slurm_controller(self) -> bool:

@@ -28,7 +28,6 @@ from pulumi_policy import (
 from gpuforge.compat import compat
 from gpuforge.errors import InputError, Severity
 from gpuforge.images.rules import rule_driver_eol
-from gpuforge.policies import aws_types
 from gpuforge.policies.node_settings import AMI_FIELD, NodeSettings
 from gpuforge.policies.pinned_images import CATALOG_KEY, CONFIG_PROPERTIES, MATRICES_KEY, ImageSources
 from gpuforge.policies.props import UNKNOWN, text
@@ -56,8 +55,8 @@ def _node_ami(args: ResourceValidationArgs) -> tuple[str | None, str | None]:
     value = text(node.get(field))
     name = node.field(field)
     if value is None:
-        if node.resource_type == aws_types.INSTANCE and not node.from_template:
-            return None, f"the instance sets no {name} and no launch template. Fix: {PIN_FIX}."
+        if not node.is_template and not node.from_template:
+            return None, f"the {node.kind} sets no {name} and no launch template. Fix: {PIN_FIX}."
         # A template without an image id leaves it to the instance that uses it, which is checked itself.
         return None, None
     if value is UNKNOWN:

@@ -154,13 +154,13 @@ def validate_efa_interfaces(args: ResourceValidationArgs, report: ReportViolatio
         f"Fix: attach every EFA the type has in the launch template's network_interfaces "
         f"({_expected(instance)}); GpuNodeGroup lays them out from the hardware catalog (source: {LAYOUT_SOURCE})."
     )
-    if node.resource_type == aws_types.INSTANCE:
+    if not node.is_template:
         where = (
             "over its launch template, whose interfaces are laid out for the template's own type"
             if node.from_template
             else "without a launch template; gpuforge checks EFA interfaces where they are literals"
         )
-        report(f"the instance sets the EFA-capable type {instance.name} {where}. {fix}", None)
+        report(f"the {node.kind} sets the EFA-capable type {instance.name} {where}. {fix}", None)
         return
     slots = _slots(items(node.get("networkInterfaces")))
     if isinstance(slots, str):
@@ -199,7 +199,7 @@ def validate_no_public_ip(args: ResourceValidationArgs, report: ReportViolation)
     if node is None:
         return
     fix = "Fix: set associate_public_ip_address to false; nodes reach AWS APIs through endpoints or a NAT gateway."
-    if node.resource_type == aws_types.INSTANCE:
+    if not node.is_template:
         if node.left_to_template("associatePublicIpAddress"):
             return
         raw = node.get("associatePublicIpAddress")
@@ -228,7 +228,7 @@ def validate_ebs_encrypted(args: ResourceValidationArgs, report: ReportViolation
     if node is None:
         return
     fix = "Fix: set encrypted to true on every EBS volume, the root volume included."
-    if node.resource_type == aws_types.LAUNCH_TEMPLATE:
+    if node.is_template:
         volumes = [
             (f"block_device_mappings[{index}].ebs.encrypted", at(mapping, "ebs", "encrypted"))
             for index, mapping in enumerate(items(node.get("blockDeviceMappings")))
@@ -267,6 +267,8 @@ def validate_capacity(args: ResourceValidationArgs, report: ReportViolation) -> 
     if instance.family != "p":
         return
     market = text(node.get("instanceMarketOptions", "marketType"))
+    if node.resource_type == aws_types.SPOT_INSTANCE_REQUEST or is_set(node.get("spotPrice")):
+        market = "spot"  # a spot request, or a launch configuration with a spot price, buys Spot capacity
     target = node.get("capacityReservationSpecification", "capacityReservationTarget")
     reserved = is_set(at(target, "capacityReservationId")) or is_set(
         at(target, "capacityReservationResourceGroupArn")

@@ -127,7 +127,7 @@ class Node:
 
     @property
     def is_instance(self) -> bool:
-        return self.launcher.resource_type == aws_types.INSTANCE
+        return self.launcher.resource_type in aws_types.INSTANCES
 
     def source(self, *path: str) -> PolicyResource | None:
         """The resource whose props set `path` (the instance first, then the template)."""
@@ -151,14 +151,14 @@ class Node:
 
 
 def nodes(graph: StackGraph) -> list[Node]:
-    """Every Auto Scaling group and instance of the stack, each with its launch template.
+    """Every Auto Scaling group and instance (or spot instance request) of the stack, each with its launch template.
 
     A template reference that is unknown and that no dependency explains stops the
     rule with the engine's "can't run during preview": skipping the node would pass it
     unchecked.
     """
     found = []
-    for launcher in graph.of_type(aws_types.AUTOSCALING_GROUP, aws_types.INSTANCE):
+    for launcher in graph.of_type(aws_types.AUTOSCALING_GROUP, *aws_types.INSTANCES):
         refs = _template(graph, launcher)
         if refs.unresolved and not refs.internal:
             unknown_during_preview([launcher.name, "launchTemplate"])
