@@ -43,8 +43,14 @@ def _cluster(instance_type: str, version: str = "26.05.5", **changes: object) ->
     return SlurmCluster(**values)  # type: ignore[arg-type]
 
 
-def _instances(*paths: tuple[str, list[str]]) -> dict[str, object]:
-    return {"Instances": [{"InstanceId": member, "NetworkNodes": nodes} for member, nodes in paths]}
+def _instances(*paths: tuple[str, list[str]], instance_type: str = "p5.48xlarge") -> dict[str, object]:
+    """A DescribeInstanceTopology response in the shape AWS's examples print (InstanceType beside each)."""
+    return {
+        "Instances": [
+            {"InstanceId": member, "InstanceType": instance_type, "NetworkNodes": nodes}
+            for member, nodes in paths
+        ]
+    }
 
 
 def test_p5_gres_binds_each_gpu_to_its_numa_nodes_cores() -> None:
@@ -123,7 +129,15 @@ def test_three_and_four_layer_topologies_become_one_tree() -> None:
     ]
     assert topology.leaf_of("i-2") == "nn-leaf2"
     deep = from_response(
-        {"CapacityReservations": [{"CapacityReservationId": "cr-1", "NetworkNodes": ["a", "b", "c", "d"]}]},
+        {
+            "CapacityReservations": [
+                {
+                    "CapacityReservationId": "cr-1",
+                    "InstanceType": "p6-b200.48xlarge",
+                    "NetworkNodes": ["a", "b", "c", "d"],
+                }
+            ]
+        },
         where="t",
     )
     assert deep.leaves == frozenset({"d"}) and deep.children["a"] == frozenset({"b"})
@@ -136,7 +150,19 @@ def test_three_and_four_layer_topologies_become_one_tree() -> None:
         ({"Instances": []}, "lists no instances"),
         ({"Instances": [{"InstanceId": "i-1", "NetworkNodes": []}]}, "non-empty list"),
         (_instances(("i-1", ["a", "b", "c"]), ("i-2", ["x", "b", "d"])), "one parent per node"),
-        (_instances(("i-1", ["a", "b", "c"]), ("i-2", ["a", "b", "c", "d"])), "the layers disagree"),
+        (
+            {
+                "Instances": [
+                    {"InstanceId": "i-1", "InstanceType": "p5.48xlarge", "NetworkNodes": ["a", "b", "c"]},
+                    {
+                        "InstanceId": "i-2",
+                        "InstanceType": "p6-b200.48xlarge",
+                        "NetworkNodes": ["a", "b", "c", "d"],
+                    },
+                ]
+            },
+            "the layers disagree",
+        ),
     ],
 )
 def test_malformed_topology_is_refused(response: object, message: str) -> None:

@@ -312,8 +312,16 @@ def test_a_setting_the_installed_slurm_does_not_know_stops_the_controller(tmp_pa
 def test_a_node_joins_its_leaf_switch_of_the_aws_topology(tmp_path: Path) -> None:
     response = {
         "Instances": [
-            {"InstanceId": "i-1", "NetworkNodes": ["nn-top", "nn-mid", "nn-leaf1"]},
-            {"InstanceId": "i-2", "NetworkNodes": ["nn-top", "nn-mid", "nn-leaf2"]},
+            {
+                "InstanceId": "i-1",
+                "InstanceType": "p5.48xlarge",
+                "NetworkNodes": ["nn-top", "nn-mid", "nn-leaf1"],
+            },
+            {
+                "InstanceId": "i-2",
+                "InstanceType": "p5.48xlarge",
+                "NetworkNodes": ["nn-top", "nn-mid", "nn-leaf2"],
+            },
         ]
     }
     with open_cluster(tmp_path, ROOT, REPO / "gpuforge") as test_cluster:
@@ -349,8 +357,16 @@ def test_the_controller_places_unplaced_nodes_under_the_leaves_aws_reports(tmp_p
         instances = {"Reservations": [{"Instances": [{"InstanceId": node} for node in nodes]}]}
         topology = {
             "Instances": [
-                {"InstanceId": nodes[0], "NetworkNodes": ["nn-top", "nn-mid", "nn-leaf1"]},
-                {"InstanceId": nodes[1], "NetworkNodes": ["nn-top", "nn-mid", "nn-leaf2"]},
+                {
+                    "InstanceId": nodes[0],
+                    "InstanceType": "p5.48xlarge",
+                    "NetworkNodes": ["nn-top", "nn-mid", "nn-leaf1"],
+                },
+                {
+                    "InstanceId": nodes[1],
+                    "InstanceType": "p5.48xlarge",
+                    "NetworkNodes": ["nn-top", "nn-mid", "nn-leaf2"],
+                },
             ]
         }
 
