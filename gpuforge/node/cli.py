@@ -97,9 +97,10 @@ def handle_check(args: argparse.Namespace, paths: HostPaths | None = None) -> in
     """Run the gate; `paths` moves the /proc, /sys and state-file paths below another root (tests)."""
     started = time.monotonic()
     host = paths or HostPaths()
+    expected = _expected_type(args.expect)
     manifest = load_manifest(args.manifest)
     imds = ImdsClient(timeout_s=slurm.IMDS_TIMEOUT_S if args.slurm else TIMEOUT_S)
-    type_name = args.expect or imds.identity().instance_type
+    type_name = expected if expected is not None else imds.identity().instance_type
     instance = hardware.get(type_name)
     if args.slurm:
         runner = SubprocessRunner(
@@ -149,6 +150,21 @@ def handle_check(args: argparse.Namespace, paths: HostPaths | None = None) -> in
             file=sys.stderr,
         )
     return EXIT_UNHEALTHY
+
+
+def _expected_type(expect: str | None) -> str | None:
+    """--expect's instance type; None (ask IMDSv2) only when the flag is absent.
+
+    An empty or blank --expect is refused rather than read as "ask IMDS": it is what a unit
+    or script passes when its variable is unset, and on a host without IMDS (or another
+    instance's) the check would then judge the wrong type.
+    """
+    if expect is not None and not expect.strip():
+        raise InputError(
+            f"--expect {expect!r} names no instance type. Fix: give the type the node must be "
+            "(e.g. --expect p5.48xlarge), or leave --expect out to ask IMDSv2."
+        )
+    return expect
 
 
 def _report_asg(imds: ImdsClient) -> Identity:

@@ -40,8 +40,22 @@ OPTIONAL_COMPONENTS = ("nvlsm", "slurm", "pmix", "nccl_tests")  # as images/scri
 KERNEL_MODULE_FLAVORS = ("open", "proprietary")
 TOP_KEYS = ("schema", "matrix", "targets", "components")
 # A matrix digest: sha256 hex as 90-verify.sh writes it (older manifests prefix it with `sha256:`).
-DIGEST = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
+# Matched whole (fullmatch): `$` under re.match would let a trailing newline through.
+DIGEST = re.compile(r"(sha256:)?[0-9a-f]{64}")
+# Every text value is one word of printable ASCII: versions, names and instance types are
+# compared byte for byte with what the node reports, and printed in reports and drain reasons.
+WORD = re.compile(r"[!-~]{1,200}")
+WORD_RULE = (
+    "must be one word of printable ASCII, 1-200 characters (no space, tab, newline, escape or other "
+    "control character, and nothing outside ASCII)"
+)
 FIX = "Fix: rebuild the image with the image pipeline, which writes a complete manifest."
+WORD_FIX = (
+    "Fix: remove the stray characters (a trailing newline is the usual one, from a value written with "
+    "`echo`), or rebuild the image with the image pipeline, which writes each value as one word."
+)
+# How much of a refused value an error shows.
+SHOWN_CHARS = 80
 
 
 @dataclass(frozen=True)
@@ -74,17 +88,29 @@ class Manifest:
         return self.components.get("nvlsm")
 
 
-def _error(path: Path, field: str, rule: str, found: object) -> InputError:
-    return InputError(f"{path}: field {field!r}: {rule}; found {found!r}. {FIX}")
+def _shown(value: object) -> str:
+    """`value` escaped (control characters and non-ASCII as Python escapes) and cut short."""
+    text = ascii(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters escaped)"
+
+
+def _error(path: Path, field: str, rule: str, found: object, fix: str = FIX) -> InputError:
+    return InputError(f"{path}: field {field!r}: {rule}; found {_shown(found)}. {fix}")
+
+
+def _word(path: Path, value: object, field: str) -> str:
+    """A non-empty string that is one word of printable ASCII, else an InputError naming the field."""
+    if not isinstance(value, str) or not value.strip():
+        raise _error(path, field, "must be a non-empty string", value)
+    if WORD.fullmatch(value) is None:
+        raise _error(path, field, WORD_RULE, value, WORD_FIX)
+    return value
 
 
 def _text(path: Path, data: Mapping[str, Any], key: str, field: str) -> str:
     if key not in data:
         raise _error(path, field, "is required but missing", None)
-    value = data[key]
-    if not isinstance(value, str) or not value.strip():
-        raise _error(path, field, "must be a non-empty string", value)
-    return value
+    return _word(path, data[key], field)
 
 
 def _mapping(path: Path, data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -130,7 +156,7 @@ def load_manifest(path: Path = DEFAULT_MANIFEST) -> Manifest:
     matrix = _mapping(path, data, "matrix")
     _known_keys(path, matrix, MATRIX_KEYS, "matrix.")
     name, version, digest = (_text(path, matrix, key, f"matrix.{key}") for key in MATRIX_KEYS)
-    if not DIGEST.match(digest):
+    if not DIGEST.fullmatch(digest):
         raise _error(
             path,
             "matrix.digest",
@@ -143,6 +169,8 @@ def load_manifest(path: Path = DEFAULT_MANIFEST) -> Manifest:
     targets = data["targets"]
     if not isinstance(targets, list) or not targets or not all(isinstance(t, str) and t for t in targets):
         raise _error(path, "targets", "must be a non-empty list of instance type names", targets)
+    for position, target in enumerate(targets):
+        _word(path, target, f"targets[{position}]")
 
     if len(set(targets)) != len(targets):
         raise _error(path, "targets", "must name each instance type once", targets)

@@ -221,3 +221,39 @@ def test_checks_import_nothing_beyond_the_standard_library() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert completed.stdout.strip() == "[]"
+
+
+class CountingImds(FakeImds):
+    """The loopback IMDSv2 above, recording every request it is sent."""
+
+    requests: ClassVar[list[str]] = []
+
+    def do_PUT(self) -> None:
+        self.requests.append(f"PUT {self.path}")
+        super().do_PUT()
+
+    def do_GET(self) -> None:
+        self.requests.append(f"GET {self.path}")
+        super().do_GET()
+
+
+@pytest.mark.parametrize("expect", ["", "  "])
+def test_an_empty_expect_is_bad_usage_and_never_asks_imds(
+    expect: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An empty --expect is a script whose variable was unset: refused, not read as "ask IMDS".
+    metadata = {"instance-id": "i-0123456789abcdef0", "instance-type": "p5.48xlarge"}
+    handler = type("Imds", (CountingImds,), {"metadata": metadata, "requests": []})
+    with ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        thread.start()
+        try:
+            monkeypatch.setenv(ENDPOINT_ENV, f"http://127.0.0.1:{server.server_address[1]}")
+            code = main(["node", "check", "--expect", expect, "--manifest", str(P5_MANIFEST)])
+        finally:
+            server.shutdown()
+            thread.join(timeout=5)
+    assert code == 2
+    assert handler.requests == []
+    error = capsys.readouterr().err
+    assert "--expect" in error and "names no instance type" in error and "leave --expect out" in error

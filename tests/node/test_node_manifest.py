@@ -76,3 +76,42 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
         load_manifest(bad)
     with pytest.raises(InputError, match="must be a JSON object"):
         load_manifest(_write(tmp_path, [1, 2]))
+
+
+DIGEST = "sha256:a358a9b16ce866baf81facd9e08294c923eb3488ce07c7a216d3ed8a5401357b"
+
+
+@pytest.mark.parametrize(
+    ("field", "section", "key", "value", "shown"),
+    [
+        ("components.cuda", "components", "cuda", "12.8.1\n", r"'12.8.1\n'"),
+        ("components.kernel", "components", "kernel", "6.8.0-1021-aws\r", r"'6.8.0-1021-aws\r'"),
+        (
+            "components.nvidia_driver",
+            "components",
+            "nvidia_driver",
+            "570.133.20\x1b[31m",
+            r"'570.133.20\x1b[31m'",
+        ),
+        ("components.nccl", "components", "nccl", "2.26.2\t1", r"'2.26.2\t1'"),
+        ("components.slurm", "components", "slurm", "26.05.5\n", r"'26.05.5\n'"),
+        ("matrix.name", "matrix", "name", "p5-h100\n", r"'p5-h100\n'"),
+        ("matrix.version", "matrix", "version", " 1", "' 1'"),
+        ("matrix.digest", "matrix", "digest", DIGEST + "\n", r"\n'"),
+        ("targets[0]", None, "targets", ["p5.48xlarge\n"], r"'p5.48xlarge\n'"),
+        ("components.dcgm", "components", "dcgm", "4.1.1\u202e", r"'4.1.1\u202e'"),
+    ],
+)
+def test_control_characters_and_trailing_newlines_are_refused(
+    tmp_path: Path, fixtures: Path, field: str, section: str | None, key: str, value: Any, shown: str
+) -> None:
+    data = _valid(fixtures)
+    (data[section] if section else data)[key] = value
+    path = _write(tmp_path, data)
+    with pytest.raises(InputError) as raised:
+        load_manifest(path)
+    message = str(raised.value)
+    assert str(path) in message and f"'{field}'" in message
+    assert shown in message, "the value is shown escaped"
+    assert "Fix:" in message
+    assert message.isprintable(), "no control character reaches the terminal"
