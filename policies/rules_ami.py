@@ -30,7 +30,7 @@ from gpuforge.errors import InputError, Severity
 from gpuforge.images.rules import rule_driver_eol
 from gpuforge.policies.node_settings import AMI_FIELD, NodeSettings
 from gpuforge.policies.pinned_images import CATALOG_KEY, CONFIG_PROPERTIES, MATRICES_KEY, ImageSources
-from gpuforge.policies.props import UNKNOWN, text
+from gpuforge.policies.props import UNKNOWN, at, text
 
 SSM_PREFIX = "resolve:ssm:"
 # A launch template's image id may name an SSM parameter that EC2 resolves at launch.
@@ -43,6 +43,15 @@ PIN_FIX = (
 )
 
 WARN_DAYS_KEY = "warnDaysBeforeEol"
+REGION_KEY = "region"
+REGION_PROPERTY = {
+    "type": "string",
+    "description": "The region the stack deploys to. A node's AMI must be catalogued in the region the node "
+    "launches in: its own `region` (pulumi-aws 7), else its provider's, else this one; when none is known "
+    "(empty here), any region of the catalog passes. gpuforge policy check sets it from the program's "
+    "aws:region.",
+    "default": "",
+}
 
 
 def _node_ami(args: ResourceValidationArgs) -> tuple[str | None, str | None]:
@@ -92,6 +101,18 @@ def validate_ami(args: ResourceValidationArgs, report: ReportViolation) -> None:
             None,
         )
         return
+    region = _node_region(args)
+    if region is not None and not any(image.entry.region == region for image in pinned):
+        where = ", ".join(sorted({image.entry.region for image in pinned}))
+        report(
+            f"AMI {ami_id!r} is catalogued in {where} only, and this node launches in {region}: an AMI id "
+            f"names an image in one region, and {region} has no AMI of that id from the catalog. Fix: copy "
+            f"the image (`gpuforge image build MATRIX --copy-to {region}`) and use the id the catalog records "
+            f"for {region}.",
+            None,
+        )
+        return
+    pinned = [image for image in pinned if region is None or image.entry.region == region]
     if any(image.matrix is not None and image.matrix.ok for image in pinned):
         return
     for image in pinned:
@@ -114,6 +135,20 @@ def validate_ami(args: ResourceValidationArgs, report: ReportViolation) -> None:
             "and use the new AMI from the catalog.",
             None,
         )
+
+
+def _node_region(args: ResourceValidationArgs) -> str | None:
+    """The region a node launches in: its own `region` input (pulumi-aws 7), its provider's (under the
+    engine), else the policy's config; None when none says."""
+    own = text(at(args.props, "region"))
+    if isinstance(own, str) and own:
+        return own
+    provider = getattr(args, "provider", None)
+    from_provider = text(at(provider.props, "region")) if provider is not None else None
+    if isinstance(from_provider, str) and from_provider:
+        return from_provider
+    configured = args.get_config().get(REGION_KEY)
+    return str(configured) if configured else None
 
 
 def validate_driver_eol(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -155,7 +190,7 @@ AMI_PINNED = ResourceValidationPolicy(
     ),
     validate=validate_ami,
     enforcement_level=EnforcementLevel.MANDATORY,
-    config_schema=_config(),
+    config_schema=_config({REGION_KEY: REGION_PROPERTY}),
 )
 
 DRIVER_BRANCH_EOL = ResourceValidationPolicy(

@@ -21,6 +21,7 @@ if the program asks for it.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -111,7 +112,7 @@ def load_project(
         else:
             values[full] = value if isinstance(value, str) else json.dumps(value)
             secrets.discard(full)
-    return ProgramProject(
+    project = ProgramProject(
         directory=directory,
         name=name,
         program=program,
@@ -119,6 +120,37 @@ def load_project(
         config_file=stack_file,
         config=values,
         secrets=frozenset(secrets),
+    )
+    _check_region(project)
+    return project
+
+
+@functools.cache
+def aws_regions() -> frozenset[str]:
+    """Every region of every AWS partition that botocore's endpoint data lists for EC2."""
+    import botocore.session
+
+    session = botocore.session.get_session()
+    return frozenset(
+        region
+        for partition in session.get_available_partitions()
+        for region in session.get_available_regions("ec2", partition_name=partition)
+    )
+
+
+def _check_region(project: ProgramProject) -> None:
+    """`aws:region` must be a region AWS has: the mocks would answer for any name, AWS for none."""
+    region = project.config.get(REGION_KEY)
+    if region is None or region in aws_regions():
+        return
+    import botocore
+
+    shown = region if len(region) <= 40 else f"{region[:40]}..."
+    raise InputError(
+        f"{project.config_source}: {REGION_KEY} = {shown!r} is not a region AWS has (botocore "
+        f"{botocore.__version__}'s endpoint data lists {', '.join(sorted(aws_regions()))}). Fix: set "
+        f"{REGION_KEY} to the region the stack deploys to, e.g. us-east-1; for a region AWS opened since, "
+        "upgrade botocore."
     )
 
 

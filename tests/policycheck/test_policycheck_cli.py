@@ -171,3 +171,33 @@ def test_the_programs_own_modules_do_not_outlive_the_run(
     assert "naming" not in sys.modules
     assert str(RENDER_FARM) not in sys.path
     assert Path.cwd() != RENDER_FARM
+
+
+def test_an_ami_catalogued_in_another_region_is_refused(
+    capsys: pytest.CaptureFixture[str], catalog_file: Path, tmp_path: Path
+) -> None:
+    """An AMI id belongs to one region: the catalog records PINNED_AMI in us-east-1 only."""
+    config = tmp_path / "Pulumi.ireland.yaml"
+    config.write_text(f"config:\n  aws:region: eu-west-1\n  amiId: {PINNED_AMI}\n", encoding="utf-8")
+    code, document = _json(
+        capsys, str(RENDER_FARM), "--config-file", str(config), "--catalog", str(catalog_file)
+    )
+    assert code == 1
+    (verdict,) = _mandatory(document)
+    assert verdict["policy"] == "ami-pinned"
+    assert f"AMI {PINNED_AMI!r} is catalogued in {REGION} only" in verdict["message"]
+    assert "this node launches in eu-west-1" in verdict["message"]
+
+
+@pytest.mark.parametrize("region", ["eu-mars-1", "us-east-1 ", "US-EAST-1"])
+def test_a_region_aws_does_not_have_is_bad_input(
+    capsys: pytest.CaptureFixture[str], catalog_file: Path, tmp_path: Path, region: str
+) -> None:
+    config = tmp_path / "Pulumi.nowhere.yaml"
+    config.write_text(f"config:\n  aws:region: '{region}'\n  amiId: {PINNED_AMI}\n", encoding="utf-8")
+    code, out, err = _check(
+        capsys, str(RENDER_FARM), "--config-file", str(config), "--catalog", str(catalog_file)
+    )
+    assert code == 2 and out == ""
+    assert f"{config}: aws:region = {region!r} is not a region AWS has" in err
+    assert "eu-west-1" in err and "Fix:" in err
