@@ -118,7 +118,7 @@ def judge_nccl(file: str, text: str, floors: Floors, nodes: int) -> NcclVerdict:
     elif busbw is not None and busbw < floor:
         problems.append(
             f"busbw {busbw:.2f} GB/s at {floors.message_bytes} bytes is below the floor of {floor:.2f} GB/s "
-            f"({floors.fail_below_fraction:.0%} of the expected {(floors.single_node if nodes == 1 else floors.multi_node).busbw:.2f})"
+            f"({floors.basis(nodes)})"
         )
     return NcclVerdict(file, run, busbw, floor, problems, nodes)
 
