@@ -79,6 +79,8 @@ class InstanceType:
     supported_usage_classes: tuple[str, ...]
     nvswitch: bool
     needs_nvlsm: bool
+    # GPUDirect RDMA over EFA: aws-ofi-nccl requires it on the type (the catalog's gpudirect_rdma_source).
+    gpudirect_rdma: bool
     topology_layers: int  # network nodes DescribeInstanceTopology reports; 0: the type has no topology
     source: str
     platform_source: str
@@ -170,6 +172,7 @@ def _row(name: str, raw: Mapping[str, Any], default_source: str) -> InstanceType
         supported_usage_classes=tuple(aws["supported_usage_classes"]),
         nvswitch=bool(platform["nvswitch"]),
         needs_nvlsm=bool(platform["needs_nvlsm"]),
+        gpudirect_rdma=bool(platform["gpudirect_rdma"]),
         topology_layers=int(platform["topology_layers"]),
         source=raw.get("source", default_source),
         platform_source=platform["source"],

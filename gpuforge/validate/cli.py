@@ -183,9 +183,11 @@ def write_plot(path: Path, svg: str) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from gpuforge import hardware
     from gpuforge.subnet_limits import MAX_NODE_COUNT
     from gpuforge.validate.floors import floors_for
     from gpuforge.validate.report import judge_files
+    from gpuforge.validate.transport import apply_transport
 
     if not 1 <= args.nodes <= MAX_NODE_COUNT:
         raise InputError(
@@ -193,5 +195,11 @@ def _report(args: argparse.Namespace) -> int:
             "Fix: pass the number of nodes it ran on."
         )
     floors = floors_for(args.instance_type)
-    report = judge_files([(str(path), read_output(path)) for path in args.files], floors, args.nodes)
+    texts = [(str(path), read_output(path)) for path in args.files]
+    report = judge_files(texts, floors, args.nodes)
+    # NCCL's transport, from its INFO lines where the saved output has them (gpuforge.validate.transport).
+    by_file = dict(texts)
+    instance = hardware.get(args.instance_type)
+    for verdict in report.nccl:
+        apply_transport(verdict, by_file[verdict.file], instance, required=False)
     return _emit(report, args)

@@ -11,11 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuforge.validate.dcgm import BANNER, DiagRun, parse_diag
 from gpuforge.validate.floors import Floors
 from gpuforge.validate.nccl import NcclRun, parse_nccl
+
+if TYPE_CHECKING:
+    from gpuforge.validate.transport import TransportVerdict
 
 
 @dataclass
@@ -26,6 +29,7 @@ class NcclVerdict:
     floor: float
     problems: list[str]
     nodes: int  # the nodes the run spanned (1: NVLink only)
+    transport: TransportVerdict | None = None  # NCCL's network, from its INFO lines (validate.transport)
 
     @property
     def passed(self) -> bool:
@@ -67,6 +71,7 @@ class Report:
                     "floor": item.floor,
                     "verdict": _verdict(item.passed),
                     "problems": item.problems,
+                    **({} if item.transport is None else {"transport": item.transport.to_json()}),
                 }
                 for item in self.nccl
             ],
@@ -146,6 +151,8 @@ def render_text(report: Report) -> str:
             lines.append(f"  {row.bytes:>12} {row.algbw:>11.2f} {row.busbw:>11.2f} {row.wrong:>7}")
         large = "none" if item.busbw_large is None else f"{item.busbw_large:.2f} GB/s"
         lines.append(f"  busbw at {report.floors.message_bytes} B: {large}: {_verdict(item.passed).upper()}")
+        if item.transport is not None:
+            lines.append(f"  transport: {item.transport.summary()}")
         lines.extend(f"  - {problem}" for problem in item.problems)
     for diag in report.diag:
         lines.append(f"dcgmi diag {diag.file}: {_verdict(diag.passed).upper()} ({len(diag.run.tests)} tests)")

@@ -6,9 +6,17 @@ each step's stdout comes straight back here; no shared folder is needed. The ste
 
 1. on every node at once, one `srun -w <node>` each: `dcgmi diag -r <level>`, then a
    single-node `all_reduce_perf` over NVLink on all of the node's GPUs;
-2. one `srun` over every node: `all_reduce_perf` with one task per GPU, over a size sweep
-   up to the floor's message size, with the EFA environment the type needs;
-3. when that falls below the floor, `find_slow_nodes`, each round's pairs run at once.
+2. the fabric, pair by pair: `find_slow_nodes` runs every pair of nodes at once, each an
+   `all_reduce_perf` with one task per GPU over a size sweep up to the floor's message size,
+   with the EFA environment the type needs, judged against the type's 2-node figure; later
+   rounds pair each node of a failed pair with a node known good, all at once, so a node is
+   named slow only when it also fails beside a good one;
+3. with 3 or more nodes, one `srun` over every node, judged against the type's looser
+   figure for large runs (gpuforge.validate.floors): a pair below its floor fails the run
+   even when the whole-cluster figure holds, so one slow node cannot hide in a large run.
+
+Every all_reduce_perf runs with NCCL_DEBUG=INFO (subsystems INIT and NET), and each output's
+transport (network, libfabric provider, GPUDirect RDMA) is judged (gpuforge.validate.transport).
 
 Every `srun` carries a Slurm time limit and a local timeout; a step that times out, dies or
 prints a broken table is a failed verdict naming the step, never a pass.
@@ -24,19 +32,22 @@ from dataclasses import dataclass, field
 
 from gpuforge.errors import GpuforgeError
 from gpuforge.hardware import InstanceType
-from gpuforge.node.context import expects_efa, expects_gpu_nic_locality
+from gpuforge.node.context import expects_efa
 from gpuforge.node.slurm import REASON_PREFIX, clean_reason, drain_argv
 from gpuforge.validate.dcgm import parse_diag
-from gpuforge.validate.floors import Floors
-from gpuforge.validate.nccl import parse_nccl
+from gpuforge.validate.floors import CLUSTER_NODES, Floors
 from gpuforge.validate.report import DiagVerdict, NcclVerdict, Report, judge_nccl
 from gpuforge.validate.search import Group, find_slow_nodes
+from gpuforge.validate.transport import apply_transport
 
 # The libfabric EFA provider for NCCL's aws-ofi-nccl plugin, and GPUDirect RDMA on the types
 # built with EFA NICs beside their GPUs. Source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start-nccl.html
 # (the test command exports FI_PROVIDER=efa, and FI_EFA_USE_DEVICE_RDMA=1 on p4d and later).
 EFA_ENV = {"FI_PROVIDER": "efa"}
 GPUDIRECT_ENV = {"FI_EFA_USE_DEVICE_RDMA": "1"}
+# NCCL's own account of the transport it chose (NVIDIA/nccl src/debug.cc: NCCL_DEBUG_SUBSYS names
+# the subsystems; "Using network" is INIT, the channel and GPU Direct RDMA lines are INIT|NET).
+DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 SWEEP_START_BYTES = 8
 
 
@@ -138,17 +149,18 @@ class Plan:
     @property
     def env(self) -> dict[str, str]:
         env = dict(EFA_ENV) if expects_efa(self.instance_type) else {}
-        return env | (GPUDIRECT_ENV if expects_gpu_nic_locality(self.instance_type) else {})
+        gpudirect = (
+            GPUDIRECT_ENV if expects_efa(self.instance_type) and self.instance_type.gpudirect_rdma else {}
+        )
+        return env | gpudirect | DEBUG_ENV
 
-    def all_reduce(
-        self, nodes: Sequence[str], *, start: int = SWEEP_START_BYTES, gpus_per_task: int = 1
-    ) -> list[str]:
+    def all_reduce(self, nodes: Sequence[str], *, gpus_per_task: int = 1) -> list[str]:
         gpus = self.instance_type.gpu_count
         per_node = gpus // gpus_per_task
         command = [
             "all_reduce_perf",
             "-b",
-            str(start),
+            str(SWEEP_START_BYTES),
             "-e",
             str(self.floors.message_bytes),
             "-f",
@@ -177,12 +189,6 @@ def idle_nodes(slurm: Slurm, partition: str) -> tuple[str, ...]:
     )
 
 
-def _busbw(text: str, problem: str | None, floors: Floors) -> float:
-    run = parse_nccl(text)
-    busbw = run.busbw_at(floors.message_bytes)
-    return 0.0 if problem or run.problems or busbw is None else busbw
-
-
 def run_acceptance(slurm: Slurm, plan: Plan) -> Report:
     """The whole acceptance (see the module docstring); the report's verdicts say what fell short."""
     report = Report(floors=plan.floors, nodes=len(plan.nodes))
@@ -197,32 +203,50 @@ def run_acceptance(slurm: Slurm, plan: Plan) -> Report:
         [plan.all_reduce([node], gpus_per_task=gpus) for node in plan.nodes], "NVLink all_reduce_perf"
     )
     for node, (text, problem) in zip(plan.nodes, nvlink, strict=True):
-        report.nccl.append(_judged(f"nvlink:{node}", text, problem, plan.floors, 1))
+        report.nccl.append(_judged(f"nvlink:{node}", text, problem, plan, 1))
     if len(plan.nodes) < 2:
+        return report
+    rounds = 0
+
+    def measure(groups: Sequence[Group]) -> list[float]:
+        """One round of pairs at once; each pair is a verdict of the report, and a failed one counts as 0."""
+        nonlocal rounds
+        rounds += 1
+        results = slurm.steps(
+            [plan.all_reduce(group) for group in groups], f"all_reduce_perf pairs, round {rounds}"
+        )
+        verdicts = [
+            _judged(f"pair:{','.join(group)}", text, problem, plan, len(group))
+            for group, (text, problem) in zip(groups, results, strict=True)
+        ]
+        report.nccl.extend(verdicts)
+        return [
+            item.busbw_large if item.passed and item.busbw_large is not None else 0.0 for item in verdicts
+        ]
+
+    found = find_slow_nodes(plan.nodes, measure, plan.floors.floor(2))
+    report.slow_nodes, report.unresolved_nodes = found.slow, found.unresolved
+    if len(plan.nodes) < CLUSTER_NODES:
         return report
     ((text, problem),) = slurm.steps(
         [plan.all_reduce(plan.nodes)], f"all_reduce_perf on {len(plan.nodes)} nodes"
     )
-    fabric = _judged(f"fabric:{len(plan.nodes)} nodes", text, problem, plan.floors, len(plan.nodes))
-    report.nccl.append(fabric)
-    if fabric.passed:
-        return report
-
-    def measure(groups: Sequence[Group]) -> list[float]:
-        results = slurm.steps(
-            [plan.all_reduce(group, start=plan.floors.message_bytes) for group in groups], "slow-node round"
+    fabric = _judged(f"fabric:{len(plan.nodes)} nodes", text, problem, plan, len(plan.nodes))
+    if not fabric.passed and all(item.passed for item in report.nccl if item.file.startswith("pair:")):
+        fabric.problems.append(
+            "every pair of nodes met the 2-node floor, so no node is to blame: the shortfall is the whole "
+            "placement's (the network between the pairs), and no node is drained for it"
         )
-        return [_busbw(text, problem, plan.floors) for text, problem in results]
-
-    found = find_slow_nodes(plan.nodes, measure, plan.floors.floor(2))
-    report.slow_nodes, report.unresolved_nodes = found.slow, found.unresolved
+    report.nccl.append(fabric)
     return report
 
 
-def _judged(file: str, text: str, problem: str | None, floors: Floors, nodes: int) -> NcclVerdict:
-    verdict = judge_nccl(file, text, floors, nodes)
+def _judged(file: str, text: str, problem: str | None, plan: Plan, nodes: int) -> NcclVerdict:
+    verdict = judge_nccl(file, text, plan.floors, nodes)
     if problem:
         verdict.problems.insert(0, f"the step failed: {problem}")
+    # The run set NCCL_DEBUG=INFO, so an output without NCCL's transport lines is itself a failure.
+    apply_transport(verdict, text, plan.instance_type, required=True)
     return verdict
 
 
@@ -231,7 +255,7 @@ def drain_failed(slurm: Slurm, report: Report) -> list[str]:
     reasons: dict[str, str] = {}
     floor = report.floors.floor(2)
     for node in report.slow_nodes:
-        reasons[node] = f"{REASON_PREFIX} validate: all-reduce below {floor:.0f} GB/s beside a good node"
+        reasons[node] = f"{REASON_PREFIX} validate: {_slow_reason(report, node, floor)}"
     for item in report.diag:
         if not item.passed:
             node = item.file.removeprefix("diag:")
@@ -239,3 +263,18 @@ def drain_failed(slurm: Slurm, report: Report) -> list[str]:
     for node, reason in sorted(reasons.items()):
         slurm.run(list(drain_argv(node, clean_reason(reason))))
     return sorted(reasons)
+
+
+def _slow_reason(report: Report, node: str, floor: float) -> str:
+    """Why `node` is slow: its last failed pair (beside a known-good node) fell below the floor, or what else it said."""
+    failed = [
+        item
+        for item in report.nccl
+        if item.file.startswith("pair:")
+        and node in item.file.removeprefix("pair:").split(",")
+        and not item.passed
+    ]
+    deciding = failed[-1] if failed else None
+    if deciding is None or deciding.busbw_large is None or deciding.busbw_large < floor:
+        return f"all-reduce below {floor:.0f} GB/s beside a good node"
+    return f"beside a good node: {deciding.problems[0]}"
