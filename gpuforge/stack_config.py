@@ -249,6 +249,8 @@ def load_stack_config(stack_dir: Path, stack: str) -> StackConfig:
     """Read and validate `stack_dir/Pulumi.<stack>.yaml`; InputError (exit 2) names the file and key."""
     stack_dir = stack_dir.resolve()
     project = read_project_name(stack_dir)
+    # Before the name becomes a file name: a name the rule refuses may be one no file system takes.
+    _check_stack_name(str(stack_dir), stack)
     path = stack_dir / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         shipped = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stack_dir.glob("Pulumi.*.yaml"))

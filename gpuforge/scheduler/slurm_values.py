@@ -161,20 +161,24 @@ GRES_TYPE = Rule(
 
 # slurm.conf's MaxTime forms: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
 # days-hours:minutes, days-hours:minutes:seconds, or UNLIMITED (INFINITE is read the same).
-# The bounds keep the value inside Slurm's 32-bit minutes with room to spare (99999 days is
-# 144 million minutes), and hours, minutes and seconds to their clock ranges.
-_MINUTES = r"[0-9]{1,8}"
+# slurmctld 26.05.5 refuses ("Bad value ... for MaxTime", then fatal) a limit of 35791394
+# minutes or more (2^31 seconds; measured with tests/scheduler/slurm_cluster.read_by_slurmctld:
+# 35791393 read, 35791394 and 24856-00 refused). The digit bounds keep every form below that
+# (at most 9999999 minutes, 99999 hours or 9999 days, under 10001 days), and hours, minutes
+# and seconds to their clock ranges (Slurm would carry 99:99 over; a typo is refused instead).
+_MINUTES = r"[0-9]{1,7}"
 _CLOCK = r"[0-5]?[0-9]"
 _HOURS = r"(?:[01]?[0-9]|2[0-3])"
-_DAYS = r"[0-9]{1,5}"
+_DAYS = r"[0-9]{1,4}"
 MAX_TIME = Rule(
     what="a MaxTime",
     pattern=re.compile(
-        rf"UNLIMITED|INFINITE|{_MINUTES}|{_MINUTES}:{_CLOCK}|[0-9]{{1,6}}:{_CLOCK}:{_CLOCK}"
+        rf"UNLIMITED|INFINITE|{_MINUTES}|{_MINUTES}:{_CLOCK}|[0-9]{{1,5}}:{_CLOCK}:{_CLOCK}"
         rf"|{_DAYS}-{_HOURS}(?::{_CLOCK}){{0,2}}"
     ),
-    rule="MaxTime is UNLIMITED, minutes (up to 8 digits), MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS "
-    "(days up to 5 digits, hours up to 6 digits in HH:MM:SS and 0-23 after days, minutes and seconds 0-59, ASCII digits)",
+    rule="MaxTime is UNLIMITED, minutes (up to 7 digits), MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS "
+    "(days up to 4 digits, hours up to 5 digits in HH:MM:SS and 0-23 after days, minutes and seconds 0-59, "
+    "ASCII digits; slurmctld refuses 2^31 seconds or more)",
     fix="write it as e.g. 2-00:00:00 (two days) or 720 (minutes)",
     source=f"{SLURM_CONF_DOC}#OPT_MaxTime",
 )

@@ -318,3 +318,103 @@ def open_cluster(base: Path, lower: Path, agent_source: Path) -> Iterator[SlurmT
         yield cluster
     finally:
         cluster.close()
+
+
+# -- one slurmctld reading a config, for tests of what Slurm makes of a rendered file -------
+
+# What slurmctld 26.05.5 logs at every start in the test root, whatever the config: the
+# Debian package's MailProg and plugstack.conf. Any other "error:" means a file was misread.
+_EXPECTED_ERRORS = (
+    "Configured MailProg is invalid",
+    "Slurm does not support glob parsing",
+    '"Include" failed in file /etc/slurm/plugstack.conf',
+)
+READY_LINE = "Running as primary controller"
+SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")
+
+
+@dataclass(frozen=True)
+class ControllerRead:
+    """What slurmctld made of a config: whether it ran clean, its log, and what it says it read."""
+
+    accepted: bool
+    log: str
+    partitions: dict[str, dict[str, str]]  # `scontrol show partition` per name ({} unless accepted)
+    config: dict[str, str]  # `scontrol show config` ({} unless accepted)
+
+    @property
+    def errors(self) -> list[str]:
+        return [
+            line
+            for line in self.log.splitlines()
+            if ("error:" in line or "fatal:" in line) and not any(known in line for known in _EXPECTED_ERRORS)
+        ]
+
+
+def read_by_slurmctld(
+    cluster: SlurmTestCluster, files: dict[str, str], *, host: str, address: str, timeout: float = 15
+) -> ControllerRead:
+    """Start slurmctld on `files` in a network and UTS namespace of its own, ask it what it read, stop it.
+
+    It starts in about 0.1 s: the namespace has loopback and one veth pair holding `address`
+    (slurmctld asks getaddrinfo with AI_ADDRCONFIG, which needs an address other than
+    loopback), and the hostname `host`, the SlurmctldHost of the files. slurmctld is the
+    process started here (unshare, sh and chroot each exec the next), stopped by its pid.
+    """
+    etc = cluster.root / "etc/slurm"
+    for name in SLURM_FILES:
+        (etc / name).unlink(missing_ok=True)
+    cluster.write_files(files)
+    (cluster.root / "etc/hosts").write_text(f"127.0.0.1 localhost\n{address} {host}\n", encoding="utf-8")
+    state = cluster.root / "var/spool/slurmctld"
+    for path in state.iterdir():
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    log = cluster.base / "slurmctld-read.out"
+    script = (
+        'hostname "$0" && ip link set lo up && ip link add a0 type veth peer name a1 && '
+        'ip addr add "$1/24" dev a0 && ip link set a0 up && ip link set a1 up && exec chroot "$2" slurmctld -D'
+    )
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["unshare", "--net", "--uts", "sh", "-c", script, host, address, str(cluster.root)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and READY_LINE not in log.read_text(errors="replace"):
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"slurmctld neither started nor stopped in {timeout} s:\n{log.read_text()}"
+                )
+            time.sleep(0.02)
+        if proc.poll() is not None:
+            return ControllerRead(False, log.read_text(errors="replace"), {}, {})
+
+        def scontrol(*args: str) -> str:
+            argv = [
+                "nsenter",
+                f"--net=/proc/{proc.pid}/ns/net",
+                "chroot",
+                str(cluster.root),
+                "scontrol",
+                *args,
+            ]
+            return _run(argv, timeout=timeout).stdout
+
+        partitions = {
+            fields["PartitionName"]: fields
+            for line in scontrol("show", "partition", "--oneliner").splitlines()
+            if (fields := dict(re.findall(r"(\w+)=(\S*)", line)))
+        }
+        config = dict(re.findall(r"^(\w+)\s+= (.*)$", scontrol("show", "config"), re.M))
+        return ControllerRead(True, log.read_text(errors="replace"), partitions, config)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)

@@ -120,6 +120,17 @@ def test_render_refuses_a_stack_name_plan_refuses(tmp_path: Path, capsys: pytest
         load_stack_config(stack_dir, "My Stack")
 
 
+@pytest.mark.parametrize("command", ["scheduler render", "plan"])
+def test_a_stack_name_no_file_system_takes_is_refused_not_a_traceback(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack = "x" * 300
+    argv = [*command.split(), str(_stack(tmp_path)), "--stack", stack]
+    assert main([*argv, "--out", str(tmp_path / "out")] if command.startswith("scheduler") else argv) == 2
+    error = capsys.readouterr().err
+    assert "cluster name" in error and "(300 characters)" in error and "Traceback" not in error
+
+
 @pytest.mark.parametrize(
     ("changes", "field"),
     [
