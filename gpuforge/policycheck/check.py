@@ -32,6 +32,7 @@ from gpuforge.policycheck.channel import CatalogedAmiWire, ChildFailed, ChildRec
 from gpuforge.policycheck.mocks import AmiLookup, catalogued_amis
 from gpuforge.policycheck.project import ProgramProject, load_project
 from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedResource
+from gpuforge.stack_config import NAMESPACE
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,10 @@ class PolicyCheck:
         return tuple(verdict for verdict in self.verdicts if verdict.enforcement == "mandatory")
 
 
+# The config key a gpuforge stack program reads its image catalog from (gpuforge.stack_config).
+CATALOG_CONFIG = f"{NAMESPACE}:catalog"
+
+
 def check(
     directory: Path,
     *,
@@ -65,10 +70,20 @@ def check(
     """Run the program in `directory` under the mocks (in a child process), then the policy pack on what
     it registered.
 
-    `config` is set on top of the stack's config file (see `project.load_project`).
+    `config` is set on top of the stack's config file (see `project.load_project`). The catalog
+    is `catalog`, which the program also gets as `gpuforge:catalog`; else the program's own
+    `gpuforge:catalog`; else the default one.
     """
     project = load_project(directory, stack=stack, config_file=config_file, overrides=config)
-    catalog_path = (catalog or DEFAULT_CATALOG).expanduser().resolve()
+    if catalog is not None:
+        # What `gpuforge plan --catalog` does: a gpuforge stack program resolves its AMI from this key.
+        catalog_path = catalog.expanduser().resolve()
+        project = replace(project, config={**project.config, CATALOG_CONFIG: str(catalog_path)})
+    elif CATALOG_CONFIG in project.config:
+        # Relative to the project folder, as gpuforge.stack_config resolves it for the program.
+        catalog_path = (project.directory / project.config[CATALOG_CONFIG]).resolve()
+    else:
+        catalog_path = DEFAULT_CATALOG.resolve()
     sources = ImageSources(catalog_path, DEFAULT_MATRICES)
     answers = load_answers(mock_answers) if mock_answers is not None else MockAnswers()
     request = ChildRequest(

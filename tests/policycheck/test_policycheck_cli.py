@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from policycheck_support import PINNED_AMI, REGION, RENDER_FARM
+from catalog_records import record_every_shipped_matrix
+from policycheck_support import PINNED_AMI, REGION, RENDER_FARM, REPO
 
 from gpuforge.cli import main
+from gpuforge.images.catalog import load_catalog
 
 TOP_KEYS = [
     "project",
@@ -33,6 +35,8 @@ RESOURCE_KEYS = ["urn", "type", "name", "parent", "inputs"]
 VERDICT_KEYS = ["policy", "enforcement", "urn", "message"]
 LOOKUP_KEYS = ["function", "call", "ami", "pinned", "reason"]
 INSTANCE = "aws:ec2/instance:Instance"
+STACKS = REPO / "stacks"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 
 
 def _check(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -201,3 +205,16 @@ def test_a_region_aws_does_not_have_is_bad_input(
     assert code == 2 and out == ""
     assert f"{config}: aws:region = {region!r} is not a region AWS has" in err
     assert "eu-west-1" in err and "Fix:" in err
+
+
+def test_catalog_reaches_a_gpuforge_stack_program_as_it_does_for_plan(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The stack program resolves its AMI from `gpuforge:catalog`; --catalog sets it, as `gpuforge plan` does."""
+    catalog = record_every_shipped_matrix(tmp_path / "catalog.json")
+    code, document = _json(capsys, str(STACKS / "training"), "--stack", "dev", "--catalog", str(catalog))
+    assert code == 0, document
+    assert document["catalog"] == str(catalog)
+    amis = [r["inputs"]["imageId"] for r in document["resources"] if r["type"] == LAUNCH_TEMPLATE]
+    recorded = {entry.ami_id for entry in load_catalog(catalog).entries}
+    assert amis and set(amis) <= recorded
