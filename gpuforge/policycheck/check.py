@@ -13,6 +13,7 @@ No output is written before the run and the policies have finished.
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -84,6 +85,14 @@ def check(
         catalog_path = (project.directory / project.config[CATALOG_CONFIG]).resolve()
     else:
         catalog_path = DEFAULT_CATALOG.resolve()
+    if catalog_path != DEFAULT_CATALOG.resolve() and not os.path.lexists(catalog_path):
+        # The catalog reader takes a missing path as an empty catalog (a first build writes it); here
+        # that would turn a mistyped path into "every AMI unpinned" (exit 1) instead of an error.
+        given = "--catalog" if catalog is not None else f"{CATALOG_CONFIG} in {project.config_source}"
+        raise InputError(
+            f"{catalog_path}: no such image catalog (given by {given}). Fix: point it at an existing "
+            "catalog folder or file, such as images/catalog or images/catalog.local."
+        )
     sources = ImageSources(catalog_path, DEFAULT_MATRICES)
     answers = load_answers(mock_answers) if mock_answers is not None else MockAnswers()
     request = ChildRequest(

@@ -104,9 +104,9 @@ def test_the_same_program_with_a_catalogued_ami_passes(
 def test_the_pinned_id_fails_against_a_catalog_that_lacks_it(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code, document = _json(
-        capsys, str(RENDER_FARM), "--stack", "pinned", "--catalog", str(tmp_path / "empty.json")
-    )
+    empty = tmp_path / "catalog"
+    empty.mkdir()
+    code, document = _json(capsys, str(RENDER_FARM), "--stack", "pinned", "--catalog", str(empty))
     assert code == 1
     assert [verdict["policy"] for verdict in _mandatory(document)] == ["ami-pinned"]
     assert "That id stands for" not in _mandatory(document)[0]["message"]  # no lookup made
@@ -218,3 +218,11 @@ def test_catalog_reaches_a_gpuforge_stack_program_as_it_does_for_plan(
     amis = [r["inputs"]["imageId"] for r in document["resources"] if r["type"] == LAUNCH_TEMPLATE]
     recorded = {entry.ami_id for entry in load_catalog(catalog).entries}
     assert amis and set(amis) <= recorded
+
+
+def test_a_catalog_that_does_not_exist_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A mistyped --catalog must not read as an empty catalog (every AMI unpinned, exit 1)."""
+    missing = tmp_path / "catalgo.json"
+    code, out, err = _check(capsys, str(RENDER_FARM), "--stack", "pinned", "--catalog", str(missing))
+    assert code == 2 and out == ""
+    assert f"{missing}: no such image catalog" in err and "Fix:" in err
