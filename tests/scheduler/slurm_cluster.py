@@ -341,6 +341,7 @@ class ControllerRead:
     log: str
     partitions: dict[str, dict[str, str]]  # `scontrol show partition` per name ({} unless accepted)
     config: dict[str, str]  # `scontrol show config` ({} unless accepted)
+    switches: frozenset[str] = frozenset()  # `scontrol show topology`'s switch names
 
     @property
     def errors(self) -> list[str]:
@@ -409,7 +410,10 @@ def read_by_slurmctld(
             if (fields := dict(re.findall(r"(\w+)=(\S*)", line)))
         }
         config = dict(re.findall(r"^(\w+)\s+= (.*)$", scontrol("show", "config"), re.M))
-        return ControllerRead(True, log.read_text(errors="replace"), partitions, config)
+        switches = frozenset()
+        if "topology.conf" in files:
+            switches = frozenset(re.findall(r"^SwitchName=(\S+)", scontrol("show", "topology"), re.M))
+        return ControllerRead(True, log.read_text(errors="replace"), partitions, config, switches)
     finally:
         if proc.poll() is None:
             proc.terminate()

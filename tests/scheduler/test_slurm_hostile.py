@@ -1,11 +1,12 @@
 """Hostile stack values through `gpuforge scheduler render`, read by the real slurmctld.
 
-For every generated stack (its name, its partitions' names and MaxTime; newlines, `#`,
+For every generated stack (its name, its partitions' names and MaxTime, and the network
+node names of a saved topology response given with --topology; newlines, `#`,
 `=`, spaces, Unicode digits, Slurm's keywords, very long values, and valid values at
 the edges of the rules), either gpuforge refuses with exit 2 and a message that names
 the value's rule and its fix, or slurmctld (the Slurm of the test root) starts on the
-rendered files with no error and reports back exactly the cluster name, partitions and
-time limits the stack asked for. Never a file Slurm rejects or reads differently.
+rendered files with no error and reports back exactly the cluster name, partitions,
+time limits and switches the stack and the response asked for. Never a file Slurm rejects or reads differently.
 
 Each accepted example starts one slurmctld in its own network namespace (about 0.1 s,
 see slurm_cluster.read_by_slurmctld) and stops it by its pid. The number of examples
@@ -15,6 +16,7 @@ is bounded (GPUFORGE_SLURM_FUZZ_EXAMPLES, default 40) so the test takes seconds.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import re
@@ -98,6 +100,35 @@ MAX_TIMES = st.one_of(
     st.from_regex(slurm_values.MAX_TIME.pattern, fullmatch=True),
     _joined,
 )
+# Four distinct valid network node names, one of them sometimes replaced by a hostile one.
+_VALID_SWITCHES = st.lists(
+    st.from_regex(slurm_values.SWITCH_NAME.pattern, fullmatch=True), min_size=4, max_size=4, unique=True
+)
+SWITCH_NAMES = st.builds(
+    lambda names, hostile: [*names[: hostile[0]], hostile[1], *names[hostile[0] + 1 :]] if hostile else names,
+    _VALID_SWITCHES,
+    st.one_of(st.none(), st.tuples(st.integers(0, 3), _joined)),
+)
+
+
+def _topology(names: list[str]) -> dict[str, object]:
+    """A DescribeInstanceTopology answer for two p5 instances, three layers each as AWS reports them."""
+    top, middle, *leaves = names
+    return {
+        "Instances": [
+            {
+                "InstanceId": f"i-0123456789abcdef{index}",
+                "InstanceType": "p5.48xlarge",
+                "NetworkNodes": [top, middle, leaf],
+                "AvailabilityZone": "us-east-1a",
+                "ZoneId": "use1-az1",
+            }
+            for index, leaf in enumerate(leaves)
+        ]
+    }
+
+
+TOPOLOGIES = st.one_of(st.none(), SWITCH_NAMES.map(_topology))  # None: no --topology
 PARTITIONS = st.lists(
     st.fixed_dictionaries({"name": PARTITION_NAMES, "maxTime": MAX_TIMES}), min_size=0, max_size=3
 )
@@ -158,16 +189,21 @@ def _slurm_minutes(shown: str) -> int | None:
 
 
 @settings(FUZZ, max_examples=EXAMPLES)
-@given(stack=STACK_NAMES, partitions=PARTITIONS)
+@given(stack=STACK_NAMES, partitions=PARTITIONS, topology=TOPOLOGIES)
 def test_slurm_reads_what_the_stack_says_or_gpuforge_refuses(
     controller: SlurmTestCluster,
     tmp_path_factory: pytest.TempPathFactory,
     capsys: pytest.CaptureFixture[str],
     stack: str,
     partitions: list[dict[str, str | None]],
+    topology: dict[str, object] | None,
 ) -> None:
     base = tmp_path_factory.mktemp("stack")
     out = base / "out"
+    extra = []
+    if topology is not None:
+        (base / "topology.json").write_text(json.dumps(topology), encoding="utf-8")
+        extra = ["--topology", str(base / "topology.json")]
     code = main(
         [
             "scheduler",
@@ -176,6 +212,7 @@ def test_slurm_reads_what_the_stack_says_or_gpuforge_refuses(
             f"--stack={stack}",  # one word, so a name starting with '-' is not read as an option
             "--out",
             str(out),
+            *extra,
         ]
     )
     printed = capsys.readouterr()
@@ -188,7 +225,7 @@ def test_slurm_reads_what_the_stack_says_or_gpuforge_refuses(
     files = {
         path.name: path.read_text(encoding="utf-8") for path in out.iterdir() if path.name.endswith(".conf")
     }
-    event("read by slurmctld")
+    event("read by slurmctld" + (" with a topology" if topology is not None else ""))
     read = read_by_slurmctld(controller, files, host=f"{stack}-slurmctld", address=CONTROLLER_ADDRESS)
     assert read.accepted and not read.errors, f"gpuforge wrote files slurmctld refused:\n{read.log[-3000:]}"
     assert read.config.get("ClusterName") == stack
@@ -198,3 +235,7 @@ def test_slurm_reads_what_the_stack_says_or_gpuforge_refuses(
         max_time = partition["maxTime"]
         shown = read.partitions[str(partition["name"])]["MaxTime"]
         assert _slurm_minutes(shown) == (None if max_time is None else _minutes(max_time)), (max_time, shown)
+    if topology is not None:
+        entries = topology["Instances"]
+        assert isinstance(entries, list)
+        assert read.switches == {node for entry in entries for node in entry["NetworkNodes"]}
