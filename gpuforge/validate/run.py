@@ -121,7 +121,7 @@ def srun_argv(
     minutes: int,
 ) -> list[str]:
     """One step on exactly `nodes`, all at once (gang), with its own GPUs and a Slurm time limit."""
-    exports = ",".join(["ALL", *(f"{key}={value}" for key, value in sorted(env.items()))])
+    exports = ",".join(["ALL", *(_export(key, value) for key, value in sorted(env.items()))])
     return [
         "srun",
         f"--nodes={len(nodes)}",
@@ -134,6 +134,16 @@ def srun_argv(
         f"--export={exports}",
         *command,
     ]
+
+
+def _export(key: str, value: str) -> str:
+    """One `--export` item. srun splits the list at commas outside quotes and strips the quotes of a
+    whole quoted item (Slurm's find_quote_token, src/common/env.c), so an item whose value holds a
+    comma (NCCL_DEBUG_SUBSYS=INIT,NET) is quoted whole, or srun would cut it at the comma."""
+    item = f"{key}={value}"
+    if '"' in item or "'" in item:
+        raise ValueError(f"srun --export cannot carry a quote: {item!r}")
+    return f'"{item}"' if "," in item else item
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ NODES = 4
 
 ALL_REDUCE = f"""#!/bin/sh
 # Stand-in for nccl-tests: like the real one, only rank 0 prints. A multi-node run prints NCCL's
-# transport lines when NCCL_DEBUG=INFO (EFA, or sockets when it includes a node marked socket),
+# transport lines when NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET arrived whole (EFA, or
+# sockets when it includes a node marked socket),
 # then the slow output when it includes a node marked slow, the collapsed one when it spans
 # more than 2 nodes and the cluster is marked collapse, else the good one.
 [ "${{SLURM_PROCID:-0}}" = 0 ] || exit 0
@@ -52,7 +53,7 @@ if [ "${{SLURM_NNODES:-1}}" -gt 1 ]; then
         [ -e {STUBS}/slow/"$node" ] && table={STUBS}/nccl-slow.txt
     done
     [ "$SLURM_NNODES" -gt 2 ] && [ -e {STUBS}/collapse ] && table={STUBS}/nccl-collapse.txt
-    [ "${{NCCL_DEBUG:-}}" = INFO ] && cat "$transport"
+    [ "${{NCCL_DEBUG:-}}" = INFO ] && [ "${{NCCL_DEBUG_SUBSYS:-}}" = INIT,NET ] && cat "$transport"
 fi
 exec cat "$table"
 """

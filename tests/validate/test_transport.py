@@ -9,6 +9,8 @@ import pytest
 
 from gpuforge import hardware
 from gpuforge.cli import main
+from gpuforge.validate.floors import floors_for
+from gpuforge.validate.run import Plan
 from gpuforge.validate.transport import judge_transport, read_transport
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "validate"
@@ -98,3 +100,14 @@ def test_validate_report_text_view_shows_the_transport(capsys: pytest.CaptureFix
     socket = str(LOGS / "socket-fallback-aws-do-eks-excerpt.txt")
     assert main(["validate", "report", "--instance-type", "g5.12xlarge", "--nodes", "2", socket]) == 1
     assert "  transport: networks Socket x1; providers none; FAIL" in capsys.readouterr().out
+
+
+def test_validate_asks_nccl_for_its_transport_lines_in_one_srun_export_item() -> None:
+    plan = Plan(("a", "b"), hardware.get("p5.48xlarge"), floors_for("p5.48xlarge"))
+    (export,) = [arg for arg in plan.all_reduce(["a", "b"]) if arg.startswith("--export=")]
+    # srun splits --export at commas outside quotes, so the comma in INIT,NET must sit in a quoted item.
+    assert export == (
+        '--export=ALL,FI_EFA_USE_DEVICE_RDMA=1,FI_PROVIDER=efa,NCCL_DEBUG=INFO,"NCCL_DEBUG_SUBSYS=INIT,NET"'
+    )
+    g5 = Plan(("a", "b"), G5, floors_for("g5.12xlarge"))
+    assert "FI_EFA_USE_DEVICE_RDMA" not in " ".join(g5.all_reduce(["a", "b"]))  # no GPUDirect RDMA on g5
