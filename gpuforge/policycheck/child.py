@@ -22,6 +22,7 @@ import sys
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pulumi
@@ -85,6 +86,7 @@ def _record(request: ChildRequest) -> ChildRecord:
                 invokes=request.invokes,
             ),
         )
+        _remember_call_sites(project.directory, mocks.call_sites)
         guard = Replacements()
         try:
             run = _run(project, mocks)
@@ -183,6 +185,35 @@ def _shown(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_shown(item) for item in value]
     return str(value)
+
+
+def _remember_call_sites(directory: Path, sites: dict[str, str]) -> None:
+    """Have the SDK's invoke functions note the program's line for each function token they are called with.
+
+    The provider SDK calls `pulumi.runtime.invoke` (and `invoke_output`) on the program's
+    thread; the mocks answer later, on a worker thread, so an unanswered function could not
+    otherwise name the line that called it. Installed before `Replacements` looks.
+    """
+    for name in ("invoke", "invoke_output"):
+        real = getattr(pulumi.runtime, name)
+
+        def noting(token: str, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            site = _program_line(directory)
+            if site:
+                sites[token] = site
+            return _real(token, *args, **kwargs)
+
+        setattr(pulumi.runtime, name, noting)
+
+
+def _program_line(directory: Path) -> str:
+    """` (at FILE:LINE)` of the innermost frame in the program's own files, or ''."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if Path(frame.f_code.co_filename).is_relative_to(directory):
+            return f" (at {frame.f_code.co_filename}:{frame.f_lineno})"
+        frame = frame.f_back
+    return ""
 
 
 class Replacements:

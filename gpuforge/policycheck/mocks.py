@@ -152,6 +152,9 @@ class PolicyCheckMocks(GpuforgeMocks):
         self.program = program
         self.catalogued = tuple(catalogued)
         self.answers = answers
+        # Function token -> " (at FILE:LINE)" of the program's latest call (the child fills it in: the
+        # mocks answer on the SDK's worker threads, where the program's frames are not on the stack).
+        self.call_sites: dict[str, str] = {}
         self._lookups: list[AmiLookup] = []
 
     @property
@@ -189,7 +192,8 @@ class PolicyCheckMocks(GpuforgeMocks):
             else "pass --mock-answers FILE (the pytest fixture's mock_answers=) holding it"
         )
         return InputError(
-            f"{self.program}: the program calls the provider function {token!r} (arguments {given}), "
+            f"{self.program}: the program calls the provider function {token!r}{self.call_sites.get(token, '')} "
+            f"(arguments {given}), "
             f"which gpuforge's offline mocks cannot answer. Fix: give the result it should return: {where}, "
             f"as\n  {INVOKES_KEY}:\n    {token}:\n      id: ...\n(its output names camelCased, as the "
             "provider returns them; see gpuforge/policycheck/answers.py)."

@@ -50,7 +50,8 @@ def test_an_invoke_with_no_answer_names_the_function_and_the_answers_file(
     project = _project(tmp_path / "infra", VPC_PROGRAM)
     err = _fails(capsys, str(project))
     assert (
-        f"{project / '__main__.py'}: the program calls the provider function 'aws:ec2/getVpc:getVpc'" in err
+        f"{project / '__main__.py'}: the program calls the provider function 'aws:ec2/getVpc:getVpc' "
+        f"(at {project / '__main__.py'}:4)" in err
     )
     assert "(arguments {'default': True})" in err
     assert "pass --mock-answers FILE" in err and "invokes:\n    aws:ec2/getVpc:getVpc:" in err
@@ -311,3 +312,12 @@ def test_the_wildcard_policy_document_is_judged_from_the_programs_own_statements
     assert [v["policy"] for v in document["policies"] if v["enforcement"] == "mandatory"] == [
         "iam-no-wildcard"
     ]
+
+
+def test_an_output_invoke_with_no_answer_names_the_programs_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The mocks answer on the SDK's worker threads; the line is the one the program called from."""
+    project = _project(tmp_path / "infra", VPC_PROGRAM.replace("get_vpc(", "get_vpc_output("))
+    err = _fails(capsys, str(project))
+    assert f"'aws:ec2/getVpc:getVpc' (at {project / '__main__.py'}:4)" in err
