@@ -1,8 +1,10 @@
 """`gpuforge scheduler render STACK_DIR --stack NAME --out DIR [--slurm-version X.Y.Z] [--topology FILE]`.
 
 Writes the Slurm files a stack's controller serves: slurm.conf, gres.conf, cgroup.conf,
-and topology.conf when FILE (a saved DescribeInstanceTopology or
-DescribeCapacityReservationTopology response) is given. The cluster is the one the
+and topology.conf when the cluster has a network topology (FILE: a saved
+DescribeInstanceTopology or DescribeCapacityReservationTopology response), and
+slurmd-register.conf, the line each GPU node passes to `slurmd -Z --conf`. DIR is
+checked whole first and holds one cluster's set only (`gpuforge.scheduler.output`). The cluster is the one the
 stack's Pulumi program builds: the same name, instance type, node bound, controller
 host and address (`gpuforge.components.slurm_controller`), so what is written here is
 what `pulumi up` puts on the controller. Exit 0, or 2 with the field and the fix.
@@ -27,17 +29,21 @@ def register(subparsers: Any) -> None:
     commands = parser.add_subparsers(dest="scheduler_command", required=True, metavar="COMMAND")
     render = commands.add_parser(
         "render",
-        help="write slurm.conf, gres.conf, cgroup.conf (and topology.conf) for a stack",
+        help="write slurm.conf, gres.conf, cgroup.conf (and topology.conf) and the nodes' slurmd-register.conf",
         description="Renders the files the stack's Slurm controller serves to its nodes (configless mode). "
         "Exit 0 when written; 2 for bad config, a --slurm-version other than the matrix's pin, or a folder "
-        "that cannot be written.",
+        "that cannot be written or holds files gpuforge did not render for this cluster (nothing is written then).",
     )
     render.add_argument(
         "stack_dir", type=Path, metavar="STACK_DIR", help="the Pulumi project, e.g. stacks/training"
     )
     render.add_argument("--stack", required=True, metavar="NAME", help="the stack: reads Pulumi.NAME.yaml")
     render.add_argument(
-        "--out", required=True, type=Path, metavar="DIR", help="folder to write the files into"
+        "--out",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="folder to write the files into: new, empty, or holding this cluster's earlier render (replaced)",
     )
     render.add_argument(
         "--slurm-version",
@@ -83,8 +89,8 @@ def _read_topology(path: Path) -> object:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from gpuforge.atomic import write_text_atomic
-    from gpuforge.scheduler.render import render_files
+    from gpuforge.scheduler.output import write_set
+    from gpuforge.scheduler.render import REGISTRATION_FILE, registration_file, render_files
     from gpuforge.scheduler.stack import stack_cluster
     from gpuforge.scheduler.topology import from_response
     from gpuforge.stack_config import load_stack_config
@@ -94,11 +100,14 @@ def _render(args: argparse.Namespace) -> int:
     if args.topology is not None:
         topology = from_response(_read_topology(args.topology), where=str(args.topology))
     cluster = stack_cluster(config, slurm_version=args.slurm_version, topology=topology)
-    files = render_files(cluster)  # every check runs before the first file is written
-    for name, text in files.items():
-        target = args.out / name
-        write_text_atomic(target, text)  # an unwritable --out is an InputError naming the file
+    # Every file is rendered in memory and --out checked whole before the first file is written.
+    files: dict[str, str] = {str(name): text for name, text in render_files(cluster).items()}
+    files[REGISTRATION_FILE] = registration_file(cluster)
+    written, removed = write_set(args.out, files, cluster.name)
+    for target in written:
         print(f"wrote {target}")
+    for stale in removed:
+        print(f"removed {stale} (the previous render's; this cluster has none now)")
     return 0
 
 

@@ -49,6 +49,8 @@ NODESET = slurm_values.NODESET
 HEALTH_CHECK_TIMEOUT_S = 60
 
 ConfigFile = Literal["slurm.conf", "gres.conf", "cgroup.conf", "topology.conf"]
+# The node's registration line as `gpuforge scheduler render` writes it beside the config files.
+REGISTRATION_FILE = "slurmd-register.conf"
 
 
 @dataclass(frozen=True)
@@ -310,6 +312,25 @@ def node_registration(cluster: SlurmCluster) -> str:
         f"Feature={','.join(cluster.features)}",
     ]
     return " ".join(fields)
+
+
+def registration_file(cluster: SlurmCluster) -> str:
+    """`node_registration` as a file for `gpuforge scheduler render --out`: what each GPU node of
+    `cluster` passes to `slurmd -Z --conf`, the same line its user data writes into /etc/default/slurmd,
+    so the node definition Slurm receives can be read before any node boots."""
+    topology = (
+        f"# A node that joins the topology appends `Topology={TOPOLOGY_NAME}:<its leaf switch>` at boot.\n"
+        if cluster.topology is not None
+        else ""
+    )
+    return (
+        _header(cluster, REGISTRATION_FILE)
+        + "# What each GPU node passes to `slurmd -Z --conf` (its user data writes it into /etc/default/slurmd);\n"
+        + "# Slurm does not read this file.\n"
+        + topology
+        + node_registration(cluster)
+        + "\n"
+    )
 
 
 def topology_argument(leaf_switch: str) -> str:

@@ -21,7 +21,9 @@ from gpuforge.cli import main
 from gpuforge.components.specs import PartitionSpec, SchedulerSpec
 from gpuforge.errors import InputError
 from gpuforge.scheduler.render import SlurmCluster, SlurmSite, node_registration, render_files
+from gpuforge.scheduler.stack import stack_cluster
 from gpuforge.scheduler.topology import MAX_IDS_PER_CALL, fetch_instance_topology, from_response
+from gpuforge.stack_config import load_stack_config
 
 REPO = Path(__file__).resolve().parents[2]
 STACKS = REPO / "stacks/training"
@@ -225,11 +227,20 @@ def test_render_command_writes_the_stack_files(tmp_path: Path, capsys: pytest.Ca
         "cgroup.conf",
         "gres.conf",
         "slurm.conf",
+        "slurmd-register.conf",
         "topology.conf",
     ]
     conf = (out / "slurm.conf").read_text(encoding="utf-8").splitlines()
     assert "SlurmctldHost=p5-prod-slurmctld(10.0.0.10)" in conf
     assert "wrote" in capsys.readouterr().out
+    # The node definition each GPU node passes to `slurmd -Z --conf`: the one function the user data uses.
+    register = (out / "slurmd-register.conf").read_text(encoding="utf-8").splitlines()
+    cluster = stack_cluster(load_stack_config(STACKS, "p5-prod"))
+    assert register[-1] == node_registration(cluster)
+    assert register[-1].startswith("CPUs=192 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 ThreadsPerCore=2 ")
+    assert "Gres=gpu:h100:8 Feature=p5.48xlarge,capacity-block,h100" in register[-1]
+    assert all(line.startswith("#") for line in register[:-1])
+    assert "Topology=default:<its leaf switch>" in "\n".join(register)
 
 
 @pytest.mark.parametrize(
