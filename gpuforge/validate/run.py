@@ -46,7 +46,7 @@ from gpuforge.validate.transport import apply_transport
 EFA_ENV = {"FI_PROVIDER": "efa"}
 GPUDIRECT_ENV = {"FI_EFA_USE_DEVICE_RDMA": "1"}
 # NCCL's own account of the transport it chose (NVIDIA/nccl src/debug.cc: NCCL_DEBUG_SUBSYS names
-# the subsystems; "Using network" is INIT, the channel and GPU Direct RDMA lines are INIT|NET).
+# the subsystems; "Using network" is INIT, the channel lines INIT|NET, "GPU Direct RDMA ... for HCA" NET).
 DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 SWEEP_START_BYTES = 8
 
