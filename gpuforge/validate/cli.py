@@ -25,10 +25,12 @@ USAGE = """\
 gpuforge validate STACK_DIR --stack NAME [--diag-level N] [--drain] [--json] [--plot FILE] [--timeout S]
 gpuforge validate report --instance-type TYPE --nodes N FILE... [--json] [--plot FILE]"""
 DESCRIPTION = (
-    "The acceptance run after `pulumi up`. Floors: the expected in-place all-reduce busbw at 1 GiB "
-    "per instance type (single node over NVLink, 2+ nodes over EFA), each with its source; a run "
-    "below 90% of the figure fails, as does any #wrong above 0, a NCCL WARN, a missing size, a "
-    "truncated output or a failed dcgmi test. Exit 0 when every floor holds, 1 when one fails, 2 for bad input."
+    "The acceptance run after `pulumi up`. Floors: the expected in-place all-reduce busbw at the type's "
+    "message size (1 GiB; 16 GiB on p6-b300) per instance type (one node over NVLink, each pair of nodes "
+    "over EFA, a looser figure for 3+ nodes), each with its source; a run below 90% of the figure (or a "
+    "published pass line) fails, as does any #wrong above 0, a NCCL WARN, a missing size, a truncated "
+    "output, a multi-node run whose NCCL network is not EFA through aws-ofi-nccl or lacks GPUDirect RDMA "
+    "where the type has it, or a failed dcgmi test. Exit 0 when every floor holds, 1 when one fails, 2 for bad input."
 )
 
 
