@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Mapping
@@ -87,6 +88,7 @@ def _record(request: ChildRequest) -> ChildRecord:
             ),
         )
         _remember_call_sites(project.directory, mocks.call_sites)
+        _remember_resource_sites(project.directory)
         guard = Replacements()
         try:
             run = _run(project, mocks)
@@ -206,6 +208,33 @@ def _remember_call_sites(directory: Path, sites: dict[str, str]) -> None:
         setattr(pulumi.runtime, name, noting)
 
 
+# (type, name) -> " (at FILE:LINE)" where the program constructed the resource.
+_RESOURCE_SITES: dict[tuple[str, str], str] = {}
+# How the SDK names the resource whose inputs it could not serialize (pulumi/runtime/resource.py).
+_SDK_RESOURCE_ERROR = re.compile(r"While processing resource: '(?P<name>[^']*)', type:? '(?P<type>[^']*)'")
+
+
+def _remember_resource_sites(directory: Path) -> None:
+    """Have the SDK note where the program constructed each resource.
+
+    `Resource.__init__` calls `register_resource` (or `read_resource`) on the program's
+    thread; the inputs are serialized later in a task, and an error there (a value of the
+    wrong type) carries no frame of the program, only the resource's name and type.
+    """
+    for name in ("register_resource", "read_resource"):
+        real = getattr(pulumi.resource, name)
+
+        def noting(
+            res: Any, ty: str, resource_name: str, *args: Any, _real: Any = real, **kwargs: Any
+        ) -> Any:
+            site = _program_line(directory)
+            if site:
+                _RESOURCE_SITES[(ty, resource_name)] = site
+            return _real(res, ty, resource_name, *args, **kwargs)
+
+        setattr(pulumi.resource, name, noting)
+
+
 def _program_line(directory: Path) -> str:
     """` (at FILE:LINE)` of the innermost frame in the program's own files, or ''."""
     frame: FrameType | None = sys._getframe(1)
@@ -307,13 +336,17 @@ def _abandoned(record: logging.LogRecord) -> bool:
 
 
 def _line(project: ProgramProject, error: BaseException) -> str:
-    """`(at FILE:LINE)` for the deepest frame of the program's own files, or ''."""
+    """`(at FILE:LINE)` for the deepest frame of the program's own files, else where the program made
+    the resource the SDK's error names, else ''."""
     frames = [
         frame
         for frame in traceback.extract_tb(error.__traceback__)
         if Path(frame.filename).resolve().is_relative_to(project.directory)
     ]
-    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    if frames:
+        return f" (at {frames[-1].filename}:{frames[-1].lineno})"
+    named = _SDK_RESOURCE_ERROR.search(str(error))
+    return _RESOURCE_SITES.get((named["type"], named["name"]), "") if named else ""
 
 
 def _missing_key(project: ProgramProject, key: str, where: str) -> InputError:

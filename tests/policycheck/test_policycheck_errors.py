@@ -321,3 +321,16 @@ def test_an_output_invoke_with_no_answer_names_the_programs_line(
     project = _project(tmp_path / "infra", VPC_PROGRAM.replace("get_vpc(", "get_vpc_output("))
     err = _fails(capsys, str(project))
     assert f"'aws:ec2/getVpc:getVpc' (at {project / '__main__.py'}:4)" in err
+
+
+def test_a_value_the_sdk_cannot_send_names_the_line_that_made_the_resource(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The SDK serializes inputs in a task of its own, whose traceback holds no frame of the program."""
+    project = _project(
+        tmp_path / "infra",
+        "import pulumi_aws as aws\n\n\naws.ec2.Instance('x', ami='ami-0123456789abcdef0', instance_type=object())\n",
+    )
+    err = _fails(capsys, str(project))
+    assert "unexpected input of type object for instance_type in Instance" in err
+    assert f"(at {project / '__main__.py'}:4)" in err
