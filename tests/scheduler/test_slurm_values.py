@@ -298,3 +298,15 @@ def test_the_topology_sync_refuses_a_cluster_name_before_asking_aws(cluster: str
             topology_conf=tmp_path / "topology.conf",
         )
     assert not (tmp_path / "topology.conf").exists()
+
+
+@pytest.mark.parametrize("version", ["26.05.5\n", "\u0662\u0666.05.5"])
+def test_matrix_check_refuses_a_slurm_version_with_a_newline_or_unicode_digits(
+    version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    matrix = yaml.safe_load(MATRIX.read_text(encoding="utf-8"))
+    matrix["slurm"]["version"] = version
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")
+    assert main(["matrix", "check", str(path)]) == 1
+    assert "slurm.version" in capsys.readouterr().out
