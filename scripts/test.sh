@@ -11,5 +11,6 @@ scripts/typecheck.sh
 echo "==> shellcheck"
 git ls-files -z '*.sh' | xargs -0 -r shellcheck
 scripts/slurm-root.sh
+scripts/monitoring-root.sh
 echo "==> pytest"
 .venv/bin/pytest "$@"
