@@ -113,7 +113,6 @@ SWITCH_NAME = Rule(
     "would start another name, range, key or line)",
     fix="pass the network node ids AWS reported (e.g. nn-0123456789abcdef0) unchanged",
     source=f"{TOPOLOGY_CONF_DOC}#OPT_SwitchName",
-    reserved=frozenset({"DEFAULT"}),
 )
 
 PARTITION_NAME = Rule(
