@@ -113,6 +113,11 @@ SWITCH_NAME = Rule(
     "would start another name, range, key or line)",
     fix="pass the network node ids AWS reported (e.g. nn-0123456789abcdef0) unchanged",
     source=f"{TOPOLOGY_CONF_DOC}#OPT_SwitchName",
+    # slurmctld 26.05.5 reads SwitchName=DEFAULT as a plain switch (checked with
+    # tests/scheduler/slurm_cluster.read_by_slurmctld), but DEFAULT is the defaults record of
+    # slurm.conf's node and partition lines; AWS never names a network node so, and keeping it
+    # out means no Slurm that treats it as a keyword can misread the tree.
+    reserved=frozenset({"DEFAULT"}),
 )
 
 PARTITION_NAME = Rule(
