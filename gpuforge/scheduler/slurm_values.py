@@ -55,8 +55,9 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
 class Rule:
     """One kind of value: the whole-value pattern, the words it may not be, and how to say it.
 
-    `reserved` words are compared without regard to case, because Slurm compares its
-    keywords that way (`all` and `Default` are the keywords too).
+    `reserved` words are compared without regard to case: Slurm's pages do not say whether
+    every version compares its keywords case-sensitively, so `all` and `Default` are kept out
+    with `ALL` and `DEFAULT`.
     """
 
     what: str
