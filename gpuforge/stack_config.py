@@ -106,6 +106,8 @@ KNOWN_KEYS: tuple[str, ...] = tuple(f"{NAMESPACE}:{key}" for key in _KEY_KINDS)
 DOC = "the gpuforge:* keys are listed in gpuforge/stack_config.py and the README ('Stacks')"
 
 _T = TypeVar("_T")
+# How much of a value an error message shows: enough to recognise it, never a flood.
+_SHOWN_CHARS = 80
 
 
 class _Strict(BaseModel):
@@ -199,6 +201,14 @@ class StackConfig(BaseModel):
     engine_values: dict[str, str]  # every config key as the engine hands it to the program
 
 
+def _shown(value: object) -> str:
+    """A value for an error message: escaped (a newline or escape cannot reach the terminal) and cut short."""
+    if isinstance(value, str):
+        return slurm_values.shown(value, limit=_SHOWN_CHARS)
+    text = ascii(value)  # a mapping or list: its strings escaped as in repr, non-ASCII as codes
+    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}... ({len(text)} characters)"
+
+
 def _read_yaml(path: Path, what: str, fix: str) -> Any:
     """A stack's YAML file through gpuforge.loading; timestamps stay text, as the Pulumi CLI hands them."""
     return load_yaml(path, what=what, fix=fix, timestamps_as_text=True)
@@ -215,7 +225,7 @@ def read_project_name(stack_dir: Path) -> str:
     name = data.get("name") if isinstance(data, dict) else None
     if not isinstance(name, str) or not name:
         raise InputError(
-            f"{path}: name = {name!r}: a Pulumi project needs a non-empty string name. "
+            f"{path}: name = {_shown(name)}: a Pulumi project needs a non-empty string name. "
             "Fix: add `name: <project>` to Pulumi.yaml."
         )
     return name
@@ -232,7 +242,7 @@ def engine_config(path: Path, config: Mapping[str, Any]) -> dict[str, str]:
     for key, value in config.items():
         if not isinstance(key, str):
             raise InputError(
-                f"{path}: config key {key!r} is not a string. Fix: write keys as namespace:name."
+                f"{path}: config key {_shown(key)} is not a string. Fix: write keys as namespace:name."
             )
         if isinstance(value, dict) and set(value) == {"secure"}:
             if key.startswith(f"{NAMESPACE}:"):
@@ -271,7 +281,7 @@ def load_stack_config(stack_dir: Path, stack: str) -> StackConfig:
     config = data.get("config")
     if not isinstance(config, dict):
         raise InputError(
-            f"{path}: config = {config!r}: a stack file needs a `config:` mapping of namespace:key to value. "
+            f"{path}: config = {_shown(config)}: a stack file needs a `config:` mapping of namespace:key to value. "
             f"Fix: add the settings under `config:` ({DOC})."
         )
     return parse_engine_values(
@@ -310,7 +320,7 @@ def _decode(source: str, key: str, raw: str) -> Any:
     except json.JSONDecodeError:
         expected = "a whole number" if short == "nodeCount" else "a mapping of keys to values"
         raise InputError(
-            f"{source}: {key} = {raw!r}: expected {expected}. Fix: give {key} {expected} ({DOC})."
+            f"{source}: {key} = {_shown(raw)}: expected {expected}. Fix: give {key} {expected} ({DOC})."
         ) from None
 
 
@@ -319,17 +329,17 @@ def _check_namespaces(source: str, project: str, values: Mapping[str, str]) -> N
         namespace, sep, name = key.partition(":")
         if not sep:
             raise InputError(
-                f"{source}: key {key!r} has no namespace, so Pulumi reads it as {project}:{key}, "
+                f"{source}: key {_shown(key)} has no namespace, so Pulumi reads it as {project}:{key}, "
                 f"which this program never reads. Fix: write it as {NAMESPACE}:{key} ({DOC})."
             )
         if namespace == project:
             raise InputError(
-                f"{source}: key {key!r} is in the project's namespace, which this program never reads. "
+                f"{source}: key {_shown(key)} is in the project's namespace, which this program never reads. "
                 f"Fix: write it as {NAMESPACE}:{name} ({DOC})."
             )
         if namespace == NAMESPACE and key not in KNOWN_KEYS:
             raise InputError(
-                f"{source}: unknown key {key!r} (value {values[key]!r}). Fix: remove it or correct its "
+                f"{source}: unknown key {_shown(key)} (value {_shown(values[key])}). Fix: remove it or correct its "
                 f"spelling; gpuforge reads {', '.join(KNOWN_KEYS)} and {REGION_KEY}."
             )
 
@@ -343,12 +353,12 @@ def _pydantic_error(source: str, error: ValidationError, decoded: Mapping[str, A
         if detail["type"] == "missing":
             lines.append(f"  {field}: required key is missing")
         elif detail["type"] == "extra_forbidden":
-            lines.append(f"  {field}: unknown key (value {detail.get('input')!r})")
+            lines.append(f"  {field}: unknown key (value {_shown(detail.get('input'))})")
         else:
             found = detail.get("input")
             if isinstance(found, Mapping) and loc and loc[0] in decoded:
                 found = decoded[loc[0]]
-            lines.append(f"  {field} = {found!r}: {detail['msg']}")
+            lines.append(f"  {field} = {_shown(found)}: {detail['msg']}")
     return InputError(
         f"{source}: invalid gpuforge config:\n" + "\n".join(lines) + f"\nFix: correct the keys above; {DOC}."
     )
@@ -370,7 +380,7 @@ def _resolve(source: str, key: str, stack_dir: Path, value: str) -> Path:
         problem = f"has a name longer than a file name may be ({_NAME_MAX} bytes)"
     if problem is not None:
         raise InputError(
-            f"{source}: {NAMESPACE}:{key} = {value[:80]!r}{'...' if len(value) > 80 else ''} {problem}. "
+            f"{source}: {NAMESPACE}:{key} = {_shown(value)} {problem}. "
             f"Fix: give the path of a file, relative to the stack directory {stack_dir} or absolute."
         )
     path = Path(value).expanduser()
@@ -465,7 +475,7 @@ def parse_engine_values(
     matrix_path = _resolve(source, "matrix", stack_dir, keys.matrix)
     if not matrix_path.is_file():
         raise InputError(
-            f"{source}: {NAMESPACE}:matrix = {keys.matrix!r}: no matrix file at {matrix_path}. "
+            f"{source}: {NAMESPACE}:matrix = {_shown(keys.matrix)}: no matrix file at {matrix_path}. "
             "Fix: give the path of a matrix under images/matrices/, relative to the stack directory "
             f"{stack_dir} (e.g. ../../images/matrices/p5-h100-cuda12.yaml) or absolute."
         )

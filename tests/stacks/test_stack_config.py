@@ -346,3 +346,18 @@ def test_the_stack_names_pulumi_random_at_gpuforge_s_pin() -> None:
         (REPO / "stacks" / "training" / "requirements.txt").read_text(encoding="utf-8").splitlines()
     )
     assert pins and [line for line in requirements if line.startswith("pulumi-random")] == pins
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"gpuforge:" + "k" * 50_000: "v"},  # an unknown key
+        {"gpuforge:instanceType": "p5.48xlarge", "gpuforge:nodeCount": "x" * 50_000},  # a wrong type
+        {"gpuforge:matrix": "m\x1b[2J" + "x" * 50_000},  # a path that is no file, with an escape
+    ],
+)
+def test_errors_cut_a_hostile_value_short_and_escape_it(tmp_path: Path, config: dict[str, Any]) -> None:
+    message = _error(tmp_path, _config(**{}) | config)
+    assert len(message) < 2_000
+    assert "\x1b" not in message
+    assert "characters)" in message
