@@ -310,3 +310,12 @@ def test_matrix_check_refuses_a_slurm_version_with_a_newline_or_unicode_digits(
     path.write_text(yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")
     assert main(["matrix", "check", str(path)]) == 1
     assert "slurm.version" in capsys.readouterr().out
+
+
+def test_a_hostile_slurm_version_flag_is_escaped_in_the_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["scheduler", "render", str(_stack(tmp_path)), "--stack", "test", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--slurm-version", "26.05.5\n\x1b[2J"]) == 2
+    error = capsys.readouterr().err
+    assert "\x1b" not in error and "'26.05.5\\n\\x1b[2J'" in error
