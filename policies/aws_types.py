@@ -8,6 +8,7 @@ LAUNCH_TEMPLATE: Final = "aws:ec2/launchTemplate:LaunchTemplate"
 INSTANCE: Final = "aws:ec2/instance:Instance"
 SPOT_INSTANCE_REQUEST: Final = "aws:ec2/spotInstanceRequest:SpotInstanceRequest"
 LAUNCH_CONFIGURATION: Final = "aws:ec2/launchConfiguration:LaunchConfiguration"
+SPOT_FLEET_REQUEST: Final = "aws:ec2/spotFleetRequest:SpotFleetRequest"
 AUTOSCALING_GROUP: Final = "aws:autoscaling/group:Group"
 PLACEMENT_GROUP: Final = "aws:ec2/placementGroup:PlacementGroup"
 CAPACITY_RESERVATION: Final = "aws:ec2/capacityReservation:CapacityReservation"
@@ -34,9 +35,10 @@ NODES: Final = (LAUNCH_TEMPLATE, *INSTANCES, LAUNCH_CONFIGURATION)
 
 A launch configuration (an Auto Scaling group's older launch source) has the instance's
 top-level settings (`associate_public_ip_address`, `key_name`, `metadata_options`,
-`root_block_device`, `ebs_block_devices`) with the AMI under `image_id`. EC2 Fleet and
-Spot Fleet requests launch from launch templates (checked as such) or, for Spot Fleet,
-from `launch_specifications`, which these rules do not read yet.
+`root_block_device`, `ebs_block_devices`) with the AMI under `image_id`. An EC2 Fleet
+launches from launch templates only (checked as such); a Spot Fleet request launches
+from launch templates or from its `launch_specifications`, each of which the node rules
+read as a node of its own (`NodeSettings.each`).
 """
 
 BUCKET_POLICY: Final = "aws:s3/bucketPolicy:BucketPolicy"

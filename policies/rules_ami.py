@@ -54,12 +54,14 @@ REGION_PROPERTY = {
 }
 
 
-def _node_ami(args: ResourceValidationArgs) -> tuple[str | None, str | None]:
+def _node_amis(args: ResourceValidationArgs) -> list[tuple[str | None, str | None]]:
+    """`_node_ami` of every node the resource describes (`NodeSettings.each`)."""
+    return [_node_ami(node) for node in NodeSettings.each(args)]
+
+
+def _node_ami(node: NodeSettings) -> tuple[str | None, str | None]:
     """(literal AMI id, None) for a node that names one, (None, why it is not pinned) for a node
     that does not, and (None, None) where the rule does not apply."""
-    node = NodeSettings.of(args)
-    if node is None:
-        return None, None
     field = AMI_FIELD[node.resource_type]
     value = text(node.get(field))
     name = node.field(field)
@@ -82,7 +84,13 @@ def _node_ami(args: ResourceValidationArgs) -> tuple[str | None, str | None]:
 
 
 def validate_ami(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    ami_id, problem = _node_ami(args)
+    for ami_id, problem in _node_amis(args):
+        _judge_ami(args, ami_id, problem, report)
+
+
+def _judge_ami(
+    args: ResourceValidationArgs, ami_id: str | None, problem: str | None, report: ReportViolation
+) -> None:
     if problem is not None:
         report(problem, None)
     if ami_id is None:
@@ -152,9 +160,12 @@ def _node_region(args: ResourceValidationArgs) -> str | None:
 
 
 def validate_driver_eol(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    ami_id, _ = _node_ami(args)  # an AMI that is not pinned is ami-pinned's verdict
-    if ami_id is None:
-        return
+    # An AMI that is not pinned is ami-pinned's verdict.
+    for ami_id in sorted({ami_id for ami_id, _ in _node_amis(args) if ami_id is not None}):
+        _driver_eol(args, ami_id, report)
+
+
+def _driver_eol(args: ResourceValidationArgs, ami_id: str, report: ReportViolation) -> None:
     sources = ImageSources.from_config(args.get_config())
     try:
         pinned = sources.pinned(ami_id)

@@ -28,7 +28,7 @@ from pulumi_policy import (
     ResourceValidationPolicy,
 )
 
-from gpuforge.policies.node_settings import NodeSettings
+from gpuforge.policies.node_settings import NodeSettings, for_each_node
 from gpuforge.policies.props import UNKNOWN, integer, is_set, show, text
 
 MAX_HOPS_KEY = "maxHopLimit"
@@ -40,10 +40,10 @@ IMDS_SOURCE = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/configuring-i
 SESSION_MANAGER_SOURCE = "https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager.html"
 
 
-def validate_hop_limit(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    node = NodeSettings.of(args)
+@for_each_node
+def validate_hop_limit(node: NodeSettings, args: ResourceValidationArgs, report: ReportViolation) -> None:
     path = ("metadataOptions", "httpPutResponseHopLimit")
-    if node is None or node.left_to_template(*path):
+    if node.left_to_template(*path):
         return
     if text(node.get("metadataOptions", "httpEndpoint")) == "disabled":
         return  # no IMDS, no token to carry
@@ -69,9 +69,9 @@ def validate_hop_limit(args: ResourceValidationArgs, report: ReportViolation) ->
     )
 
 
-def validate_no_ssh_key(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    node = NodeSettings.of(args)
-    if node is None or node.left_to_template("keyName"):
+@for_each_node
+def validate_no_ssh_key(node: NodeSettings, args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if node.left_to_template("keyName"):
         return
     raw = node.get("keyName")
     key = text(raw)
@@ -82,7 +82,8 @@ def validate_no_ssh_key(args: ResourceValidationArgs, report: ReportViolation) -
         return
     listed = f"only {allowed!r} are allowed" if allowed else "this policy allows none"
     report(
-        f"{node.kind} {args.name!r} sets key_name to {show(raw)} ({listed}): an SSH key pair is a shared, "
+        f"{node.kind} {args.name!r} sets {node.field('keyName')} to {show(raw)} ({listed}): an SSH key pair "
+        "is a shared, "
         "long-lived credential and needs port 22 open. Fix: remove key_name and reach the nodes through "
         "SSM Session Manager (`aws ssm start-session --target <instance-id>`; gpuforge's node role carries "
         f"the SSM core policy) (source: {SESSION_MANAGER_SOURCE}), or name the key in this policy's "

@@ -18,7 +18,7 @@ from gpuforge import hardware
 from gpuforge.components.efa_layout import LAYOUT_SOURCE, interface_layout
 from gpuforge.errors import UnknownInstanceType
 from gpuforge.policies import aws_types
-from gpuforge.policies.node_settings import NodeSettings
+from gpuforge.policies.node_settings import NodeSettings, for_each_node
 from gpuforge.policies.props import UNKNOWN, at, flag, integer, is_set, items, show, text
 
 EFA_TYPES = ("efa", "efa-only")
@@ -126,17 +126,17 @@ def _expected(instance: hardware.InstanceType) -> str:
     return f"type@card/device: {shown}{more}"
 
 
-def validate_efa_interfaces(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    node = NodeSettings.of(args)
-    if node is None:
-        return
+@for_each_node
+def validate_efa_interfaces(
+    node: NodeSettings, args: ResourceValidationArgs, report: ReportViolation
+) -> None:
     type_name = text(node.get("instanceType"))
     if type_name is None:
         return  # a template without a type, or an instance that takes its template's
     if type_name is UNKNOWN:
         report(
-            "instance_type is not known at preview, so nobody can check its EFA interfaces. Fix: write "
-            "the instance type as a literal.",
+            f"{node.field('instanceType')} is not known at preview, so nobody can check its EFA interfaces. "
+            "Fix: write the instance type as a literal.",
             None,
         )
         return
@@ -178,9 +178,18 @@ def validate_efa_interfaces(args: ResourceValidationArgs, report: ReportViolatio
         report("; ".join(problems) + f". {fix}", None)
 
 
-def validate_imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    node = NodeSettings.of(args)
-    if node is None or node.left_to_template("metadataOptions"):
+@for_each_node
+def validate_imdsv2(node: NodeSettings, args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if node.left_to_template("metadataOptions"):
+        return
+    if node.in_fleet:
+        report(
+            f"{node.prefix.rstrip('.')}: a Spot Fleet launch specification cannot set metadata_options, so its "
+            "nodes answer IMDSv1 requests, which need no session token, unless the account's default says "
+            "otherwise. Fix: launch the fleet from a launch template (launch_template_configs) that sets "
+            f"metadata_options.http_tokens to 'required' (source: {IMDS_SOURCE}).",
+            None,
+        )
         return
     tokens = text(node.get("metadataOptions", "httpTokens"))
     endpoint = text(node.get("metadataOptions", "httpEndpoint"))
@@ -194,17 +203,18 @@ def validate_imdsv2(args: ResourceValidationArgs, report: ReportViolation) -> No
     )
 
 
-def validate_no_public_ip(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    node = NodeSettings.of(args)
-    if node is None:
-        return
+@for_each_node
+def validate_no_public_ip(node: NodeSettings, args: ResourceValidationArgs, report: ReportViolation) -> None:
     fix = "Fix: set associate_public_ip_address to false; nodes reach AWS APIs through endpoints or a NAT gateway."
     if not node.is_template:
         if node.left_to_template("associatePublicIpAddress"):
             return
         raw = node.get("associatePublicIpAddress")
         if flag(raw) is not False:
-            report(f"associate_public_ip_address is {show(raw)}; unset, the subnet decides. {fix}", None)
+            report(
+                f"{node.field('associatePublicIpAddress')} is {show(raw)}; unset, the subnet decides. {fix}",
+                None,
+            )
         return
     interfaces = items(node.get("networkInterfaces"))
     if not interfaces:
@@ -223,10 +233,8 @@ def validate_no_public_ip(args: ResourceValidationArgs, report: ReportViolation)
             report(f"network_interfaces[{index}].associate_public_ip_address is {show(raw)}. {fix}", None)
 
 
-def validate_ebs_encrypted(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    node = NodeSettings.of(args)
-    if node is None:
-        return
+@for_each_node
+def validate_ebs_encrypted(node: NodeSettings, args: ResourceValidationArgs, report: ReportViolation) -> None:
     fix = "Fix: set encrypted to true on every EBS volume, the root volume included."
     if node.is_template:
         volumes = [
@@ -243,20 +251,24 @@ def validate_ebs_encrypted(args: ResourceValidationArgs, report: ReportViolation
             return
     else:
         volumes = [
-            (f"ebs_block_devices[{index}].encrypted", at(device, "encrypted"))
+            (f"{node.prefix}ebs_block_devices[{index}].encrypted", at(device, "encrypted"))
             for index, device in enumerate(items(node.get("ebsBlockDevices")))
         ]
-        if not node.left_to_template("rootBlockDevice"):
+        if node.in_fleet:
+            roots = items(node.get("rootBlockDevices")) or [None]  # none given: the AMI's root, unencrypted
+            volumes[:0] = [
+                (f"{node.prefix}root_block_devices[{index}].encrypted", at(device, "encrypted"))
+                for index, device in enumerate(roots)
+            ]
+        elif not node.left_to_template("rootBlockDevice"):
             volumes.insert(0, ("root_block_device.encrypted", node.get("rootBlockDevice", "encrypted")))
     for name, value in volumes:
         if flag(value) is not True:
             report(f"{name} is {show(value)}. {fix}", None)
 
 
-def validate_capacity(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    node = NodeSettings.of(args)
-    if node is None:
-        return
+@for_each_node
+def validate_capacity(node: NodeSettings, args: ResourceValidationArgs, report: ReportViolation) -> None:
     type_name = text(node.get("instanceType"))
     if not isinstance(type_name, str):
         return
@@ -267,8 +279,10 @@ def validate_capacity(args: ResourceValidationArgs, report: ReportViolation) -> 
     if instance.family != "p":
         return
     market = text(node.get("instanceMarketOptions", "marketType"))
-    if node.resource_type == aws_types.SPOT_INSTANCE_REQUEST or is_set(node.get("spotPrice")):
-        market = "spot"  # a spot request, or a launch configuration with a spot price, buys Spot capacity
+    if node.resource_type in (aws_types.SPOT_INSTANCE_REQUEST, aws_types.SPOT_FLEET_REQUEST) or is_set(
+        node.get("spotPrice")
+    ):
+        market = "spot"  # a spot request or fleet, or a launch configuration with a spot price, buys Spot
     target = node.get("capacityReservationSpecification", "capacityReservationTarget")
     reserved = is_set(at(target, "capacityReservationId")) or is_set(
         at(target, "capacityReservationResourceGroupArn")
