@@ -402,7 +402,17 @@ def read_by_slurmctld(
                 "scontrol",
                 *args,
             ]
-            return _run(argv, timeout=timeout).stdout
+            # Retried until the deadline, in case slurmctld has logged that it runs before its port is open.
+            while True:
+                done = _run(argv, timeout=timeout, check=False)
+                if done.returncode == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            if done.returncode != 0:
+                raise ClusterError(
+                    f"scontrol {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}"
+                )
+            return done.stdout
 
         partitions = {
             fields["PartitionName"]: fields
