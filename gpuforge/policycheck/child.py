@@ -45,8 +45,9 @@ from gpuforge.policycheck.mocks import CataloguedAmi, PolicyCheckMocks
 from gpuforge.policycheck.project import ProgramProject
 
 _ABANDONED = ("Future exception was never retrieved", "Task exception was never retrieved")
-# Modules whose functions the record depends on: gpuforge's, the SDK's and the policy SDK's.
-_GUARDED = ("gpuforge", "pulumi", "pulumi_policy")
+# Modules whose functions the record depends on: gpuforge's, the SDK's, the policy SDK's, and what
+# writes the record (pydantic, json).
+_GUARDED = ("gpuforge", "pulumi", "pulumi_policy", "pydantic", "pydantic_core", "json")
 
 
 def main() -> None:
@@ -246,7 +247,7 @@ def _program_line(directory: Path) -> str:
 
 
 class Replacements:
-    """The functions and class members of gpuforge, the SDK and pulumi_policy as they were before the run.
+    """The functions and class members of the `_GUARDED` modules as they were before the run.
 
     `check` raises an InputError naming each one the program replaced or removed, with the
     file and line of the replacement when it is a function.
@@ -282,7 +283,7 @@ class Replacements:
                 f"{program}: the program replaced {shown}{more} while it ran. gpuforge's record of what the "
                 "program registered is made by those functions, so it could then say anything. Fix: remove "
                 "the replacement; a program under check registers resources and does not change gpuforge, "
-                "the Pulumi SDK or pulumi_policy."
+                "the Pulumi SDK, pulumi_policy, pydantic or json."
             )
 
 

@@ -72,12 +72,20 @@ def test_replacing_the_policy_functions_changes_no_verdict(catalog_file: Path) -
     assert _mandatory(document) == OPEN_NODE
 
 
-def test_replacing_the_mocks_is_refused_naming_what_was_replaced(catalog_file: Path) -> None:
-    code, document, _ = _check("patch-mocks", catalog_file, "--json")
+@pytest.mark.parametrize(
+    ("stack", "replaced"),
+    [
+        ("patch-mocks", "gpuforge.pulumi_mocks.GpuforgeMocks.resources"),
+        ("patch-pydantic", "pydantic.main.BaseModel.model_dump_json"),
+    ],
+)
+def test_replacing_what_makes_the_record_is_refused_naming_it(
+    catalog_file: Path, stack: str, replaced: str
+) -> None:
+    code, document, _ = _check(stack, catalog_file, "--json")
     assert code == 2, document
     message = document["error"]["message"]
-    assert "the program replaced gpuforge.pulumi_mocks.GpuforgeMocks.resources" in message
-    assert f"(at {RIGGED / '__main__.py'}:" in message
+    assert f"the program replaced {replaced} (at {RIGGED / '__main__.py'}:" in message
 
 
 def test_json_is_one_document_when_the_program_prints(catalog_file: Path) -> None:
