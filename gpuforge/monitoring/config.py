@@ -1,0 +1,276 @@
+"""`gpuforge:monitoring`: the stack-config block of the metrics layer.
+
+```yaml
+  gpuforge:monitoring:          # optional: every key has a default
+    enabled: true               # default: true where gpuforge:scheduler.type is slurm, else false
+    retentionDays: 15           # Prometheus's local retention (storage.tsdb.retention.time)
+    remoteWrite: none           # none | amp (a workspace the component makes) | {workspaceArn: arn:...}
+    alerts:                     # optional: no key, no SNS receiver
+      sns: create               # create | an SNS topic ARN
+      email: [oncall@example.com]
+    drainOnAlert: true          # alerts that say "this node is bad" drain it in Slurm
+```
+
+The names are contracts (issue 21). The block is validated like every other block: a key
+that is unknown, of the wrong type, or one the cluster cannot honour (monitoring without the
+Slurm controller Prometheus runs on; a workspace or topic ARN of another partition than the
+stack's region) is an InputError (exit 2) naming the file, the key, the value and the fix.
+
+gpuforge/stack_config.py does not know the key yet (it refuses unknown `gpuforge:` keys),
+so `load_stack` takes the block out of the stack file's engine values before the stack
+config reads the rest. `parse_monitoring` reads the block in the engine's form (JSON text),
+so the same function serves a running Pulumi program once stack_config reads the key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+
+from gpuforge.errors import InputError
+from gpuforge.loading import load_yaml
+from gpuforge.scheduler import slurm_values
+from gpuforge.stack_config import (
+    NAMESPACE,
+    StackConfig,
+    engine_config,
+    load_stack_config,
+    parse_engine_values,
+    read_project_name,
+)
+
+KEY = f"{NAMESPACE}:monitoring"
+DOC = "the keys are listed in gpuforge/monitoring/config.py and the README ('Monitoring')"
+DEFAULT_RETENTION_DAYS = 15
+# Prometheus's retention is a duration; ten years is far past any controller volume and keeps
+# a typo (15000) from being read as an intent.
+MAX_RETENTION_DAYS = 3650
+
+# ARNs: https://docs.aws.amazon.com/IAM/latest/UserGuide/reference-arns.html (arn:partition:service:
+# region:account-id:resource). AMP workspace: arn:aws:aps:<region>:<account>:workspace/ws-<id>
+# (https://docs.aws.amazon.com/prometheus/latest/userguide/security-iam.html, resource types);
+# SNS topic: up to 256 letters, digits, - and _, `.fifo` for a FIFO topic
+# (https://docs.aws.amazon.com/sns/latest/api/API_CreateTopic.html, Name).
+_ARN = r"arn:(?P<partition>aws|aws-cn|aws-us-gov):{service}:(?P<region>[a-z]{{2}}(?:-[a-z]+)+-[0-9]):[0-9]{{12}}:"
+_WORKSPACE_ARN = re.compile(_ARN.format(service="aps") + r"workspace/ws-[A-Za-z0-9-]{1,64}", re.ASCII)
+_TOPIC_ARN = re.compile(_ARN.format(service="sns") + r"[A-Za-z0-9_-]{1,256}(?:\.fifo)?", re.ASCII)
+# An address SNS can send to: one @, no spaces or control characters (SNS confirms the rest by mail).
+_EMAIL = re.compile(r"[^@\s]{1,64}@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+", re.ASCII)
+_SHOWN = 80
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+
+
+class WorkspaceRef(_Strict):
+    """`remoteWrite: {workspaceArn: ...}`: an existing Amazon Managed Service for Prometheus workspace."""
+
+    workspace_arn: StrictStr = Field(alias="workspaceArn")
+
+
+class AlertsConfig(_Strict):
+    """`alerts`: where a person hears of an alert (Alertmanager's SNS receiver)."""
+
+    sns: StrictStr = "create"  # "create" or a topic ARN
+    email: list[StrictStr] = Field(default_factory=list)
+
+
+class _MonitoringKeys(_Strict):
+    enabled: StrictBool | None = None
+    retention_days: StrictInt = Field(
+        default=DEFAULT_RETENTION_DAYS, ge=1, le=MAX_RETENTION_DAYS, alias="retentionDays"
+    )
+    remote_write: Literal["none", "amp"] | WorkspaceRef = Field(default="none", alias="remoteWrite")
+    alerts: AlertsConfig | None = None
+    drain_on_alert: StrictBool = Field(default=True, alias="drainOnAlert")
+
+
+class MonitoringConfig(BaseModel):
+    """One stack's validated monitoring settings, defaults applied."""
+
+    model_config = ConfigDict(frozen=True)
+
+    enabled: bool
+    retention_days: int
+    remote_write: str | WorkspaceRef  # "none", "amp" or an existing workspace
+    alerts: AlertsConfig | None  # None: no SNS receiver
+    drain_on_alert: bool
+
+    @property
+    def sns_topic_arn(self) -> str | None:
+        """The topic ARN the config names; None for `create` (the component's topic) or no alerts."""
+        if self.alerts is None or self.alerts.sns == "create":
+            return None
+        return self.alerts.sns
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "...'"
+
+
+def _error(source: str, field: str, value: object, problem: str, fix: str) -> InputError:
+    return InputError(f"{source}: {KEY}.{field} = {_shown(value)}: {problem}. Fix: {fix} ({DOC}).")
+
+
+def _partition(region: str) -> str:
+    """The AWS partition of a region name (https://docs.aws.amazon.com/whitepapers/latest/aws-fault-isolation-boundaries/partitions.html)."""
+    if region.startswith("cn-"):
+        return "aws-cn"
+    if region.startswith("us-gov-"):
+        return "aws-us-gov"
+    return "aws"
+
+
+def _check_arn(source: str, field: str, value: str, pattern: re.Pattern[str], what: str, region: str) -> None:
+    match = pattern.fullmatch(value)
+    if match is None:
+        raise _error(
+            source,
+            field,
+            value,
+            f"not {what}",
+            f"give the ARN as AWS prints it, e.g. {_example(pattern, region)}",
+        )
+    partition = _partition(region)
+    if match["partition"] != partition:
+        raise _error(
+            source,
+            field,
+            value,
+            f"the ARN is in partition {match['partition']}, and the stack's region {region} is in {partition}, "
+            "where nothing can reach it",
+            f"use one in partition {partition}",
+        )
+
+
+def _example(pattern: re.Pattern[str], region: str) -> str:
+    partition = _partition(region)
+    if pattern is _WORKSPACE_ARN:
+        return f"arn:{partition}:aps:{region}:123456789012:workspace/ws-0123abcd-4567-89ef-0123-456789abcdef"
+    return f"arn:{partition}:sns:{region}:123456789012:gpuforge-alerts"
+
+
+def _pydantic_error(source: str, error: ValidationError) -> InputError:
+    lines = []
+    for detail in error.errors():
+        # Union members add their type to the path (remoteWrite.literal[...], remoteWrite.WorkspaceRef): drop them.
+        loc = [str(part) for part in detail["loc"] if not str(part).startswith(("literal[", "WorkspaceRef"))]
+        field = ".".join([KEY, *loc]) if loc else KEY
+        if detail["type"] == "missing":
+            lines.append(f"  {field}: required key is missing")
+        elif detail["type"] == "extra_forbidden":
+            lines.append(f"  {field}: unknown key (value {_shown(detail.get('input'))})")
+        else:
+            lines.append(f"  {field} = {_shown(detail.get('input'))}: {detail['msg']}")
+    unique = list(dict.fromkeys(lines))
+    return InputError(
+        f"{source}: invalid {KEY}:\n" + "\n".join(unique) + f"\nFix: correct the keys above; {DOC}."
+    )
+
+
+def parse_monitoring(raw: str | None, config: StackConfig) -> MonitoringConfig:
+    """The monitoring block of `config`'s stack from its engine form (JSON text; None: no block)."""
+    source = config.source
+    decoded: Any = {}
+    if raw is not None:
+        try:
+            decoded = json.loads(raw)
+        except json.JSONDecodeError:
+            decoded = raw
+        if not isinstance(decoded, dict):
+            raise InputError(
+                f"{source}: {KEY} = {_shown(decoded)}: expected a mapping of keys to values. "
+                f"Fix: write the block as a mapping, e.g. `{KEY}: {{retentionDays: 15}}` ({DOC})."
+            )
+    try:
+        keys = _MonitoringKeys.model_validate(decoded)
+    except ValidationError as error:
+        raise _pydantic_error(source, error) from None
+    has_slurm = config.scheduler.type == "slurm"
+    enabled = has_slurm if keys.enabled is None else keys.enabled
+    if enabled and not has_slurm:
+        raise _error(
+            source,
+            "enabled",
+            True,
+            f"Prometheus and Alertmanager run on the Slurm controller, and stack {config.stack} has none "
+            f"({NAMESPACE}:scheduler.type is {config.scheduler.type!r})",
+            f"set `{NAMESPACE}:scheduler: {{type: slurm, ...}}`, or `enabled: false`",
+        )
+    if isinstance(keys.remote_write, WorkspaceRef):
+        _check_arn(
+            source,
+            "remoteWrite.workspaceArn",
+            keys.remote_write.workspace_arn,
+            _WORKSPACE_ARN,
+            "an Amazon Managed Service for Prometheus workspace ARN",
+            config.region,
+        )
+    if keys.alerts is not None:
+        if keys.alerts.sns != "create":
+            _check_arn(
+                source,
+                "alerts.sns",
+                keys.alerts.sns,
+                _TOPIC_ARN,
+                "`create` or an SNS topic ARN",
+                config.region,
+            )
+        for index, address in enumerate(keys.alerts.email):
+            if _EMAIL.fullmatch(address) is None:
+                raise _error(
+                    source,
+                    f"alerts.email[{index}]",
+                    address,
+                    "not an email address SNS can subscribe",
+                    "give addresses as name@example.com",
+                )
+    return MonitoringConfig(
+        enabled=enabled,
+        retention_days=keys.retention_days,
+        remote_write=keys.remote_write,
+        alerts=keys.alerts,
+        drain_on_alert=keys.drain_on_alert,
+    )
+
+
+def _raw_block(stack_dir: Path, stack: str) -> tuple[Path, dict[str, str]] | None:
+    """The stack file and its engine values when it holds a monitoring block; None otherwise
+    (including every file the stack config refuses: load_stack_config then says why)."""
+    if slurm_values.CLUSTER_NAME.problem(stack) is not None:
+        return None
+    path = stack_dir.resolve() / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        return None
+    try:
+        data = load_yaml(path, what="stack file", fix="", timestamps_as_text=True)
+    except InputError:
+        return None
+    config = data.get("config") if isinstance(data, dict) else None
+    if not isinstance(config, dict) or KEY not in config:
+        return None
+    return path, engine_config(path, config)
+
+
+def load_stack(stack_dir: Path, stack: str) -> tuple[StackConfig, MonitoringConfig]:
+    """The stack's config and its monitoring block; InputError (exit 2) names the file and key."""
+    found = _raw_block(stack_dir, stack)
+    if found is None:
+        config = load_stack_config(stack_dir, stack)
+        return config, parse_monitoring(None, config)
+    path, values = found
+    raw = values.pop(KEY)
+    config = parse_engine_values(
+        values,
+        project=read_project_name(stack_dir.resolve()),
+        stack=stack,
+        stack_dir=stack_dir.resolve(),
+        source=str(path),
+    )
+    return config, parse_monitoring(raw, config)
