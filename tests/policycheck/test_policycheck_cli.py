@@ -220,7 +220,9 @@ def test_catalog_reaches_a_gpuforge_stack_program_as_it_does_for_plan(
     assert amis and set(amis) <= recorded
 
 
-def test_a_catalog_that_does_not_exist_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_a_catalog_that_does_not_exist_is_bad_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """A mistyped --catalog must not read as an empty catalog (every AMI unpinned, exit 1)."""
     missing = tmp_path / "catalgo.json"
     code, out, err = _check(capsys, str(RENDER_FARM), "--stack", "pinned", "--catalog", str(missing))
