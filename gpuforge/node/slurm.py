@@ -49,7 +49,7 @@ from gpuforge.node.context import NodeContext
 from gpuforge.node.gpus import gpu_query
 from gpuforge.node.report import CheckResult, NodeReport
 from gpuforge.node.runner import CommandResult, Runner
-from gpuforge.node.xid import DMESG, classify, load_catalog, parse_xids
+from gpuforge.node.xid import DMESG, classify_log, load_catalog, parse_xids
 from gpuforge.scheduler import slurm_values
 
 REASON_PREFIX = "gpuforge:"
@@ -162,11 +162,8 @@ def _pci_key(address: str) -> tuple[int, int, int] | None:
 def _xid_detail(ctx: NodeContext) -> str | None:
     """'xid 79 on GPU 5': the Xids that failed the check, and the GPUs by nvidia-smi index when known."""
     catalog = load_catalog()
-    serious = [
-        verdict
-        for verdict in (classify(event, catalog) for event in parse_xids(ctx.run(DMESG).stdout))
-        if catalog.fails(verdict.action)
-    ]
+    verdicts = classify_log(parse_xids(ctx.run(DMESG).stdout), catalog, nvswitch=ctx.instance.nvswitch)
+    serious = [verdict for verdict in verdicts if catalog.fails(verdict.action)]
     if not serious:
         return None
     query, _ = gpu_query(ctx)

@@ -215,6 +215,15 @@ def test_the_xid_names_the_gpu_by_its_nvidia_smi_index(root: Path) -> None:
     assert drain_reason(report, ctx) == XID79_REASON  # PCI a8:00 is GPU 5 in the query fixture
 
 
+def test_a_lone_xid_45_drains_naming_the_xid_and_its_gpu(root: Path) -> None:
+    # The check judges the whole log (a lone 45 on an NVSwitch type: RESTART_FM); the reason must too,
+    # or it falls back to the check's evidence instead of naming the GPU.
+    lone_45 = "[  955.302044] NVRM: Xid (PCI:0000:86:00): 45, pid=30212, name=python3, Ch 00000010\n"
+    report, _, ctx = periodic(p5_healthy().set(DMESG, lone_45), root)
+    assert [check.id for check in report.failures] == ["xid"]
+    assert drain_reason(report, ctx) == "gpuforge: xid 45 on GPU 3"
+
+
 def test_several_failures_name_the_first_and_count_the_rest(root: Path) -> None:
     scenario = xid79().set(GPU_QUERY, fixture("nvidia-smi/query-p5-h100-7of8.csv"))
     report, _, ctx = periodic(scenario, root)
