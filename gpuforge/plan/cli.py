@@ -45,7 +45,7 @@ def _plan(args: argparse.Namespace) -> int:
     from gpuforge.plan.render import plan_document, render_text
     from gpuforge.plan.stack_plan import plan
 
-    result = plan(args.stack_dir, args.stack, catalog=args.catalog)
+    result = plan(args.stack_dir, args.stack, catalog=args.catalog, isolated=True)
     if args.json:
         print(json.dumps(plan_document(result), indent=2))
     else:

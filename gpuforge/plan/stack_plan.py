@@ -40,10 +40,19 @@ class Plan:
         return tuple(verdict for verdict in self.verdicts if verdict.enforcement == "mandatory")
 
 
-def plan(stack_dir: Path, stack: str, *, catalog: Path | None = None) -> Plan:
-    """Validate the stack's config, run its program under the mocks, and check the result with the policy pack."""
+def plan(stack_dir: Path, stack: str, *, catalog: Path | None = None, isolated: bool = False) -> Plan:
+    """Validate the stack's config, run its program under the mocks, and check the result with the policy pack.
+
+    `isolated` runs the program in a child process, as `gpuforge policy check` does, so that it
+    cannot end or rig the command (the CLI's choice; `gpuforge.policycheck.channel` says why).
+    """
     config = load(stack_dir, stack, catalog)
-    run = run_stack(config)
+    if isolated:
+        from gpuforge.policycheck.check import run_stack_isolated  # imports this module
+
+        run = run_stack_isolated(config)
+    else:
+        run = run_stack(config)
     if not isinstance(run.outputs.get("summary"), Mapping):
         raise InputError(
             f"{config.stack_dir / PROGRAM}: the program exported no `summary` mapping, so there is no "

@@ -22,7 +22,7 @@ from typing import Any
 
 from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.images.catalog import DEFAULT_CATALOG, load_catalog
-from gpuforge.plan.run import ProgramRun
+from gpuforge.plan.run import ProgramRun, stack_program
 from gpuforge.plan.stack_plan import policy_config
 from gpuforge.policies.node_settings import AMI_FIELD
 from gpuforge.policies.pinned_images import DEFAULT_MATRICES, ImageSources
@@ -30,10 +30,10 @@ from gpuforge.policies.rules_ami import AMI_PINNED, REGION_KEY
 from gpuforge.policies.runner import Verdict, run_policies
 from gpuforge.policycheck.answers import MockAnswers, load_answers
 from gpuforge.policycheck.channel import CatalogedAmiWire, ChildFailed, ChildRecord, ChildRequest, run_child
-from gpuforge.policycheck.mocks import AmiLookup, catalogued_amis
+from gpuforge.policycheck.mocks import AmiLookup, CataloguedAmi, catalogued_amis
 from gpuforge.policycheck.project import ProgramProject, load_project
 from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedResource
-from gpuforge.stack_config import NAMESPACE
+from gpuforge.stack_config import NAMESPACE, StackConfig
 
 
 @dataclass(frozen=True)
@@ -95,28 +95,10 @@ def check(
         )
     sources = ImageSources(catalog_path, DEFAULT_MATRICES)
     answers = load_answers(mock_answers) if mock_answers is not None else MockAnswers()
-    request = ChildRequest(
-        nonce=secrets.token_hex(16),
-        directory=str(project.directory),
-        name=project.name,
-        program=str(project.program),
-        stack=project.stack,
-        config_file=str(project.config_file) if project.config_file else None,
-        config=dict(project.config),
-        secrets=sorted(project.secrets),
-        region=project.region,
-        catalogued=[
-            CatalogedAmiWire(entry=asdict(ami.entry), name=ami.name)
-            for ami in catalogued_amis(load_catalog(catalog_path), sources.matrices())
-        ],
-        answers_path=str(answers.path) if answers.path else None,
-        invokes={token: dict(result) for token, result in answers.invokes.items()},
-    )
-    record = _child_record(project, request)
-    run = _replayed(project, record)
-    lookups = tuple(
-        AmiLookup(args=lookup.args, ami_id=lookup.ami_id, pinned=lookup.pinned, reason=lookup.reason)
-        for lookup in record.lookups
+    run, lookups = run_isolated(
+        project,
+        catalogued=catalogued_amis(load_catalog(catalog_path), sources.matrices()),
+        answers=answers,
     )
     config = policy_config(catalog_path)
     # The program's region: ami-pinned refuses an AMI the catalog records for another region only.
@@ -129,6 +111,54 @@ def check(
         lookups=lookups,
         verdicts=tuple(explain_lookups(verdicts, run.resources, lookups, project.program)),
     )
+
+
+def run_isolated(
+    project: ProgramProject,
+    *,
+    catalogued: Sequence[CataloguedAmi] = (),
+    answers: MockAnswers | None = None,
+) -> tuple[ProgramRun, tuple[AmiLookup, ...]]:
+    """Run the project's program in a child process under the mocks; its run and its AMI lookups.
+
+    `gpuforge plan` runs a stack's program this way too (`run_stack_isolated`).
+    """
+    answers = answers or MockAnswers()
+    request = ChildRequest(
+        nonce=secrets.token_hex(16),
+        directory=str(project.directory),
+        name=project.name,
+        program=str(project.program),
+        stack=project.stack,
+        config_file=str(project.config_file) if project.config_file else None,
+        config=dict(project.config),
+        secrets=sorted(project.secrets),
+        region=project.region,
+        catalogued=[CatalogedAmiWire(entry=asdict(ami.entry), name=ami.name) for ami in catalogued],
+        answers_path=str(answers.path) if answers.path else None,
+        invokes={token: dict(result) for token, result in answers.invokes.items()},
+    )
+    record = _child_record(project, request)
+    lookups = tuple(
+        AmiLookup(args=lookup.args, ami_id=lookup.ami_id, pinned=lookup.pinned, reason=lookup.reason)
+        for lookup in record.lookups
+    )
+    return _replayed(project, record), lookups
+
+
+def run_stack_isolated(config: StackConfig) -> ProgramRun:
+    """`gpuforge.plan.run.run_stack` in a child process: a gpuforge stack's program, its config, the mocks."""
+    project = ProgramProject(
+        directory=config.stack_dir.resolve(),
+        name=config.project,
+        program=stack_program(config).resolve(),
+        stack=config.stack,
+        config_file=config.stack_dir.resolve() / f"Pulumi.{config.stack}.yaml",
+        config=dict(config.engine_values),
+        secrets=frozenset(),
+    )
+    run, _ = run_isolated(project)
+    return run
 
 
 def _child_record(project: ProgramProject, request: ChildRequest) -> ChildRecord:

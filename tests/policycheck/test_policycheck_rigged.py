@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from policycheck_support import FIXTURES
+import yaml
+from catalog_records import record_every_shipped_matrix
+from policycheck_support import FIXTURES, REPO
 
 RIGGED = FIXTURES / "rigged"
 GPUFORGE = Path(sys.executable).parent / "gpuforge"
@@ -106,3 +108,45 @@ def test_text_view_keeps_the_programs_output_off_stdout(catalog_file: Path) -> N
     assert done.returncode == 1
     assert "hello from the program" not in done.stdout and "hello from the program" in done.stderr
     assert done.stdout.rstrip().endswith("Result: FAIL, 3 mandatory policy violation(s)")
+
+
+def _rigged_stack(tmp_path: Path, trick: str) -> Path:
+    """A copy of stacks/training's dev stack whose program ends with `trick`."""
+    target = tmp_path / "stack"
+    target.mkdir()
+    training = REPO / "stacks" / "training"
+    (target / "Pulumi.yaml").write_text(
+        (training / "Pulumi.yaml").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    program = (training / "__main__.py").read_text(encoding="utf-8") + f"\n{trick}\n"
+    (target / "__main__.py").write_text(program, encoding="utf-8")
+    data = yaml.safe_load((training / "Pulumi.dev.yaml").read_text(encoding="utf-8"))
+    data["config"]["gpuforge:matrix"] = str((training / data["config"]["gpuforge:matrix"]).resolve())
+    (target / "Pulumi.dev.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    return target
+
+
+@pytest.mark.parametrize(
+    ("trick", "how"),
+    [
+        ("import posix; posix._exit(0)", "its process exited with status 0 before it sent gpuforge a result"),
+        (
+            "import os, sys; os.execv(sys.executable, [sys.executable, '-c', 'pass'])",
+            "its process exited with status 0 before it sent gpuforge a result",
+        ),
+    ],
+)
+def test_plan_runs_its_program_the_same_way(tmp_path: Path, trick: str, how: str) -> None:
+    """`gpuforge plan` of a stack whose program ends its own process is bad input, not exit 0."""
+    stack = _rigged_stack(tmp_path, trick)
+    catalog = record_every_shipped_matrix(tmp_path / "catalog.json")
+    done = subprocess.run(
+        [str(GPUFORGE), "plan", str(stack), "--stack", "dev", "--catalog", str(catalog)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout
+    assert done.stdout == ""
+    assert f"{stack / '__main__.py'}: the program ended the check before it finished: {how}" in done.stderr
