@@ -1,0 +1,71 @@
+"""alertmanager.yml: SNS for people, gpuforge's drain receiver for nodes that are bad.
+
+Alerts labelled `drain="true"` (gpuforge.monitoring.rules) go, with drainOnAlert, to the drain
+receiver on the controller's loopback, which drains the node named by the alert's `node` label
+in Slurm (reason "gpuforge: alert <name>"), and on to SNS. The receiver listens on 127.0.0.1 only,
+so nothing off the controller can drain a node; its port is gpuforge's choice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from gpuforge.errors import InputError
+from gpuforge.monitoring.config import DOC, KEY, MonitoringConfig
+
+DRAIN_RECEIVER = "gpuforge-drain"
+NOTIFY_RECEIVER = "gpuforge-notify"
+NO_RECEIVER = "gpuforge-none"
+DRAIN_URL = "http://127.0.0.1:9098/alerts"
+
+
+def alertmanager_config(*, cluster: str, region: str, monitoring: MonitoringConfig, source: str) -> str:
+    """alertmanager.yml; `source` names the stack file for errors."""
+    if monitoring.alerts is not None and monitoring.sns_topic_arn is None:
+        raise InputError(
+            f"{source}: {KEY}.alerts.sns = 'create': the topic is made by the monitoring component, which "
+            "gpuforge does not build yet, so there is no ARN to send to. Fix: give an existing topic's ARN "
+            f"(arn:aws:sns:{region}:<account>:<topic>), or remove `alerts` ({DOC})."
+        )
+    receivers: list[dict[str, Any]] = []
+    routes: list[dict[str, Any]] = []
+    if monitoring.drain_on_alert:
+        receivers.append(
+            {"name": DRAIN_RECEIVER, "webhook_configs": [{"url": DRAIN_URL, "send_resolved": False}]}
+        )
+        routes.append({"receiver": DRAIN_RECEIVER, "matchers": ['drain="true"'], "continue": True})
+    topic = monitoring.sns_topic_arn
+    if topic is not None:
+        topic_region = topic.split(":")[3]
+        receivers.append(
+            {
+                "name": NOTIFY_RECEIVER,
+                "sns_configs": [
+                    {
+                        "topic_arn": topic,
+                        "sigv4": {"region": topic_region},
+                        "subject": f"gpuforge {cluster}: {{{{ .CommonLabels.alertname }}}}",
+                    }
+                ],
+            }
+        )
+        if routes:  # a drain alert matched the drain route: this route sends it (and the rest) to SNS too
+            routes.append({"receiver": NOTIFY_RECEIVER})
+    else:
+        receivers.append({"name": NO_RECEIVER})
+    default = NOTIFY_RECEIVER if topic is not None else NO_RECEIVER
+    document = {
+        "route": {
+            "receiver": default,
+            "group_by": ["alertname", "node"],
+            "group_wait": "30s",
+            "group_interval": "5m",
+            "repeat_interval": "4h",
+            "routes": routes,
+        },
+        "receivers": receivers,
+    }
+    header = f"# alertmanager.yml for cluster {cluster}, rendered by gpuforge for Alertmanager 0.33\n"
+    return header + yaml.safe_dump(document, sort_keys=False, width=1000)

@@ -1,0 +1,159 @@
+"""`gpuforge monitoring render STACK_DIR --stack NAME --out DIR`.
+
+Writes the controller's metrics configuration for the stack's cluster: prometheus.yml,
+prometheus.flags, alertmanager.yml, rules/gpuforge-alerts.yml, rules/gpuforge-usage.yml and
+dcgm-exporter-fields.csv (the GPU nodes' field list). Dashboards are not rendered yet.
+Every file is rendered in memory and DIR checked before the first is written; then each is
+written atomically (gpuforge.atomic). DIR may be missing, empty, or hold only this render's
+files for the same cluster (each names its cluster on its first line): anything else stops
+the render with exit 2, so another cluster's rules are never left beside this one's.
+Exit 0, or 2 with the field and the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from gpuforge.atomic import write_text_atomic
+from gpuforge.errors import InputError
+
+RULES_DIR = "rules"
+_HEADER_BYTES = 512
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "monitoring",
+        help="render the Prometheus, Alertmanager and dcgm-exporter config of a stack",
+        description="The metrics layer of a gpuforge cluster.",
+    )
+    commands = parser.add_subparsers(dest="monitoring_command", required=True, metavar="COMMAND")
+    render = commands.add_parser(
+        "render",
+        help="write prometheus.yml, prometheus.flags, alertmanager.yml, rules/*.yml and dcgm-exporter-fields.csv",
+        description="Renders the files the stack's controller runs Prometheus and Alertmanager with, and the "
+        "GPU nodes' dcgm-exporter field list. Exit 0 when written; 2 for bad config or a folder that cannot be "
+        "written or holds files gpuforge did not render for this cluster (nothing is written then).",
+    )
+    render.add_argument(
+        "stack_dir", type=Path, metavar="STACK_DIR", help="the Pulumi project, e.g. stacks/training"
+    )
+    render.add_argument("--stack", required=True, metavar="NAME", help="the stack: reads Pulumi.NAME.yaml")
+    render.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="folder to write into: new, empty, or holding this cluster's earlier render (replaced)",
+    )
+    render.set_defaults(handler=_render)
+
+
+def render_set(stack_dir: Path, stack: str) -> tuple[str, dict[str, str]]:
+    """(cluster name, relative path -> text) of the stack's monitoring files."""
+    from gpuforge import hardware
+    from gpuforge.monitoring.alertmanager import alertmanager_config
+    from gpuforge.monitoring.config import KEY, load_stack
+    from gpuforge.monitoring.fields import FIELDS_FILE, field_list_csv
+    from gpuforge.monitoring.prometheus import (
+        DCGM_JOB,
+        NODE_JOB,
+        prometheus_config,
+        prometheus_flags,
+        serves_slurm_metrics,
+    )
+    from gpuforge.monitoring.rules import ALERTS_FILE, USAGE_FILE, alert_rules, recording_rules
+    from gpuforge.scheduler.render import render_files
+    from gpuforge.scheduler.stack import stack_cluster
+
+    config, monitoring = load_stack(stack_dir, stack)
+    if not monitoring.enabled:
+        raise InputError(
+            f"{config.source}: {KEY}.enabled is false (the default without a Slurm scheduler), so stack "
+            f"{stack} has no monitoring to render. Fix: set `{KEY}: {{enabled: true}}` on a stack with "
+            "`gpuforge:scheduler: {type: slurm, ...}`."
+        )
+    if monitoring.remote_write == "amp":
+        raise InputError(
+            f"{config.source}: {KEY}.remoteWrite = 'amp': the workspace is made by the monitoring component, "
+            "which gpuforge does not build yet, so there is no workspace to write to. Fix: give an existing "
+            "workspace (`remoteWrite: {workspaceArn: arn:aws:aps:...}`), or `remoteWrite: none`."
+        )
+    cluster = stack_cluster(config)
+    slurm_conf = next(text for name, text in render_files(cluster).items() if str(name) == "slurm.conf")
+    instance = hardware.get(config.instance_type)
+    files = {
+        "prometheus.yml": prometheus_config(
+            cluster=cluster.name,
+            region=config.region,
+            instance_type=config.instance_type,
+            monitoring=monitoring,
+            slurmctld_port=cluster.site.slurmctld_port if serves_slurm_metrics(slurm_conf) else None,
+        ),
+        "prometheus.flags": prometheus_flags(monitoring, cluster=cluster.name),
+        "alertmanager.yml": alertmanager_config(
+            cluster=cluster.name, region=config.region, monitoring=monitoring, source=config.source
+        ),
+        f"{RULES_DIR}/{ALERTS_FILE}": alert_rules(
+            cluster=cluster.name, gpu_count=instance.gpu_count, dcgm_job=DCGM_JOB, node_job=NODE_JOB
+        ),
+        f"{RULES_DIR}/{USAGE_FILE}": recording_rules(cluster=cluster.name),
+        FIELDS_FILE: field_list_csv(instance, cluster=cluster.name),
+    }
+    return cluster.name, files
+
+
+def _rendered_for(path: Path, name: str, cluster: str) -> bool:
+    """Whether `path` is a regular file whose first line says it is `name`, rendered by gpuforge for `cluster`."""
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):  # never open a FIFO, a device or a link
+            return False
+        with path.open("rb") as handle:
+            first = handle.read(_HEADER_BYTES).split(b"\n", 1)[0].decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return first.startswith(f"# {Path(name).name} for cluster {cluster}, rendered by gpuforge")
+
+
+def check_out(out: Path, files: dict[str, str], cluster: str) -> None:
+    """Refuse an `out` the set cannot be written into whole (nothing is written then)."""
+    existing = next((p for p in (out, *out.parents) if os.path.lexists(p)), Path("/"))
+    if not existing.is_dir():
+        raise InputError(
+            f"--out {out}: {existing} exists and is not a folder. Fix: give the path of a folder."
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(
+            f"--out {out}: {existing} is not writable by this user. Fix: choose a folder you may write to."
+        )
+    if existing != out:
+        return
+    expected = {Path(name) for name in files}
+    folders = {name.parent for name in expected if name.parent != Path()}
+    strangers = []
+    for path in sorted(out.rglob("*")):
+        relative = path.relative_to(out)
+        if relative in folders and path.is_dir() and not path.is_symlink():
+            continue
+        if relative not in expected or not _rendered_for(path, str(relative), cluster):
+            strangers.append(str(relative))
+    if strangers:
+        shown = ", ".join(repr(name) for name in strangers[:10]) + (" ..." if len(strangers) > 10 else "")
+        raise InputError(
+            f"--out {out}: the folder holds what this render for cluster {cluster} did not write: {shown}. "
+            "Fix: give a new or empty folder, or one holding only this cluster's earlier render."
+        )
+
+
+def _render(args: argparse.Namespace) -> int:
+    cluster, files = render_set(args.stack_dir, args.stack)
+    check_out(args.out, files, cluster)
+    for name, text in files.items():
+        target = args.out / name
+        write_text_atomic(target, text)
+        print(f"wrote {target}")
+    return 0

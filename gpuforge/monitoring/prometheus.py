@@ -1,0 +1,131 @@
+"""prometheus.yml and Prometheus's command-line flags for the Slurm controller.
+
+Prometheus finds the GPU nodes by EC2 service discovery: the cluster's tag (`gpuforge:cluster`,
+which components/cluster.py puts on every resource) and the GPU instance type (the controller
+is a CPU type), as the controller's topology sync finds them (gpuforge.scheduler.sync). Each
+target gets a `node` label, the instance id, which is the node's Slurm name (`slurmd -N
+<instance id>`, components/user_data.py): what the drain receiver drains.
+
+EFA counters reach Prometheus through node_exporter (:9100): gpuforge's collector is to write
+them as `gpuforge_efa_*` series for node_exporter's textfile collector (not built yet).
+slurmctld's own metrics are scraped only where the rendered slurm.conf turns them on
+(`MetricsType=metrics/openmetrics`): DESIGN.md checked Slurm 26.05.5 serving them at these
+paths on its own port, and without the setting nothing answers there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from gpuforge.components.cluster import CLUSTER_TAG
+from gpuforge.monitoring.config import MonitoringConfig, WorkspaceRef
+
+DCGM_JOB = "gpuforge-dcgm"
+NODE_JOB = "gpuforge-node"
+SLURMCTLD_JOB = "gpuforge-slurmctld"
+# dcgm-exporter listens on :9400 (its README and default --address); node_exporter on :9100
+# (its default --web.listen-address); Alertmanager on :9093 (`prometheus-alertmanager --help`,
+# --web.listen-address default), on the controller beside Prometheus.
+DCGM_EXPORTER_PORT = 9400
+NODE_EXPORTER_PORT = 9100
+ALERTMANAGER = "127.0.0.1:9093"
+SLURM_METRICS = "MetricsType=metrics/openmetrics"
+SLURM_METRICS_PATHS = (
+    "/metrics/nodes",
+    "/metrics/jobs",
+    "/metrics/partitions",
+    "/metrics/scheduler",
+    "/metrics/jobs-users-accts",
+)
+SCRAPE_INTERVAL = "15s"
+RULE_FILES = "rules/*.yml"
+
+
+def serves_slurm_metrics(slurm_conf: str) -> bool:
+    """Whether slurmctld, with this slurm.conf, serves its OpenMetrics (a line of its own, not a comment)."""
+    return any(line.strip().replace(" ", "") == SLURM_METRICS for line in slurm_conf.splitlines())
+
+
+def _ec2_job(name: str, port: int, *, cluster: str, region: str, instance_type: str) -> dict[str, Any]:
+    return {
+        "job_name": name,
+        "ec2_sd_configs": [
+            {
+                "region": region,
+                "port": port,
+                "filters": [
+                    {"name": f"tag:{CLUSTER_TAG}", "values": [cluster]},
+                    {"name": "instance-type", "values": [instance_type]},
+                    {"name": "instance-state-name", "values": ["running"]},
+                ],
+            }
+        ],
+        "relabel_configs": [
+            {"source_labels": ["__meta_ec2_instance_id"], "target_label": "node"},
+            {"source_labels": ["__meta_ec2_availability_zone"], "target_label": "availability_zone"},
+        ],
+    }
+
+
+def remote_write_url(workspace: WorkspaceRef) -> tuple[str, str]:
+    """(URL, region) of an AMP workspace's remote-write endpoint
+    (https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-onboard-ingest-metrics-remote-write.html)."""
+    _, partition, _, region, _, resource = workspace.workspace_arn.split(":", 5)
+    domain = "amazonaws.com.cn" if partition == "aws-cn" else "amazonaws.com"
+    workspace_id = resource.split("/", 1)[1]
+    return f"https://aps-workspaces.{region}.{domain}/workspaces/{workspace_id}/api/v1/remote_write", region
+
+
+def prometheus_config(
+    *,
+    cluster: str,
+    region: str,
+    instance_type: str,
+    monitoring: MonitoringConfig,
+    slurmctld_port: int | None,
+) -> str:
+    """prometheus.yml; `slurmctld_port` None: slurmctld serves no metrics (no scrape job)."""
+    jobs = [
+        _ec2_job(DCGM_JOB, DCGM_EXPORTER_PORT, cluster=cluster, region=region, instance_type=instance_type),
+        _ec2_job(NODE_JOB, NODE_EXPORTER_PORT, cluster=cluster, region=region, instance_type=instance_type),
+    ]
+    if slurmctld_port is not None:
+        jobs.append(
+            {
+                "job_name": SLURMCTLD_JOB,
+                "static_configs": [
+                    {"targets": [f"127.0.0.1:{slurmctld_port}"], "labels": {"__metrics_path__": path}}
+                    for path in SLURM_METRICS_PATHS
+                ],
+            }
+        )
+    document: dict[str, Any] = {
+        "global": {
+            "scrape_interval": SCRAPE_INTERVAL,
+            "evaluation_interval": SCRAPE_INTERVAL,
+            "external_labels": {"cluster": cluster},
+        },
+        "rule_files": [RULE_FILES],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [ALERTMANAGER]}]}]},
+        "scrape_configs": jobs,
+    }
+    if isinstance(monitoring.remote_write, WorkspaceRef):
+        url, workspace_region = remote_write_url(monitoring.remote_write)
+        document["remote_write"] = [{"url": url, "sigv4": {"region": workspace_region}}]
+    header = f"# prometheus.yml for cluster {cluster}, rendered by gpuforge for Prometheus 3.5\n"
+    return header + yaml.safe_dump(document, sort_keys=False, width=1000)
+
+
+def prometheus_flags(monitoring: MonitoringConfig, *, cluster: str) -> str:
+    """Flags for the controller's Prometheus, one a line: retention is a flag, not a prometheus.yml key
+    (Prometheus 3.5 refuses `storage.tsdb.retention` in the file: 'field retention not found')."""
+    flags = [
+        f"--storage.tsdb.retention.time={monitoring.retention_days}d",
+        "--web.listen-address=127.0.0.1:9090",
+    ]
+    return (
+        f"# prometheus.flags for cluster {cluster}, rendered by gpuforge: the controller's Prometheus runs with these\n"
+        + "".join(f"{flag}\n" for flag in flags)
+    )
