@@ -123,8 +123,8 @@ def field_list_csv(instance: InstanceType, *, cluster: str) -> str:
     catalog = load_fields()
     rows = catalog.for_type(instance)
     lines = [
-        f"# {FIELDS_FILE} for cluster {cluster} ({instance.name}, {instance.gpu_architecture}), "
-        f"rendered by gpuforge: dcgm-exporter fields for DCGM {catalog.dcgm_tag} and dcgm-exporter {catalog.dcgm_exporter_tag}",
+        f"# {FIELDS_FILE} for cluster {cluster}, rendered by gpuforge: the fields of {instance.name} "
+        f"({instance.gpu_architecture}) for DCGM {catalog.dcgm_tag} and dcgm-exporter {catalog.dcgm_exporter_tag}",
         "# DCGM field, Prometheus metric type, help message (names and ids: gpuforge/data/monitoring_fields.yaml)",
     ]
     lines += [f"{field.name}, {field.prom_type}, {field.help}" for field in rows]

@@ -153,7 +153,7 @@ def alert_rules(*, cluster: str, gpu_count: int, dcgm_job: str, node_job: str) -
             "expr": alert.expr.format(**values),
             "for": alert.for_,
             "labels": {"severity": alert.severity, "drain": "true" if alert.drain else "false"},
-            "annotations": {"summary": alert.meaning, "action": alert.action, "value": "{{ $value }}"},
+            "annotations": {"summary": alert.meaning, "action": alert.action},
         }
         for alert in load_rules().alerts
     ]

@@ -66,7 +66,6 @@ def test_a_gpu_without_nvlink_gets_no_nvlink_rows(instance_type: str) -> None:
 
 def test_the_header_names_the_cluster_and_the_pins() -> None:
     first = field_list_csv(hardware.get("p5.48xlarge"), cluster="p5-prod").splitlines()[0]
-    assert first.startswith(
-        "# dcgm-exporter-fields.csv for cluster p5-prod (p5.48xlarge, Hopper), rendered by gpuforge"
-    )
+    assert first.startswith("# dcgm-exporter-fields.csv for cluster p5-prod, rendered by gpuforge")
+    assert "p5.48xlarge (Hopper)" in first
     assert "DCGM v4.4.2" in first and "dcgm-exporter 4.4.2-4.7.1" in first

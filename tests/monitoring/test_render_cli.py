@@ -1,0 +1,84 @@
+"""`gpuforge monitoring render`: the set written whole for one cluster, or exit 2 and nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from monitoring_support import SHIPPED_STACKS, StackMaker
+
+from gpuforge.cli import main
+
+EXPECTED = {
+    "prometheus.yml",
+    "prometheus.flags",
+    "alertmanager.yml",
+    "rules/gpuforge-alerts.yml",
+    "rules/gpuforge-usage.yml",
+    "dcgm-exporter-fields.csv",
+}
+
+
+def _files(out: Path) -> set[str]:
+    return {str(path.relative_to(out)) for path in out.rglob("*") if path.is_file()}
+
+
+def test_render_writes_the_set_and_rewrites_its_own(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["monitoring", "render", str(SHIPPED_STACKS), "--stack", "p5-prod", "--out", str(out)]
+    assert main(args) == 0
+    assert _files(out) == EXPECTED
+    assert "--storage.tsdb.retention.time=15d" in (out / "prometheus.flags").read_text(encoding="utf-8")
+    assert main(args) == 0  # its own earlier render is replaced
+
+
+def test_another_clusters_files_stop_the_render_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert main(["monitoring", "render", str(SHIPPED_STACKS), "--stack", "p5-prod", "--out", str(out)]) == 0
+    before = {name: (out / name).read_bytes() for name in EXPECTED}
+    code = main(
+        ["monitoring", "render", str(SHIPPED_STACKS), "--stack", "p6-b200-reserved", "--out", str(out)]
+    )
+    assert code == 2
+    assert "did not write" in capsys.readouterr().err
+    assert {name: (out / name).read_bytes() for name in EXPECTED} == before
+
+
+def test_a_stack_without_monitoring_is_exit_2_with_the_fix(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = main(["monitoring", "render", str(SHIPPED_STACKS), "--stack", "dev", "--out", str(tmp_path / "o")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "gpuforge:monitoring.enabled is false" in err and "Fix:" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("block", "named"),
+    [
+        ({"remoteWrite": "amp"}, "gpuforge:monitoring.remoteWrite = 'amp'"),
+        ({"alerts": {"sns": "create"}}, "gpuforge:monitoring.alerts.sns = 'create'"),
+        ({"retentionDays": -1}, "gpuforge:monitoring.retentionDays = -1"),
+    ],
+)
+def test_what_this_slice_cannot_render_is_exit_2_naming_the_key(
+    make_stack: StackMaker, tmp_path: Path, capsys: pytest.CaptureFixture[str], block: object, named: str
+) -> None:
+    folder = make_stack(**{"gpuforge:monitoring": block})
+    assert main(["monitoring", "render", str(folder), "--stack", "test", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "Fix:" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_workspace_gets_remote_write_with_sigv4(make_stack: StackMaker, tmp_path: Path) -> None:
+    arn = "arn:aws:aps:us-west-2:123456789012:workspace/ws-0123abcd-4567-89ef-0123-456789abcdef"
+    folder = make_stack(**{"gpuforge:monitoring": {"remoteWrite": {"workspaceArn": arn}}})
+    assert main(["monitoring", "render", str(folder), "--stack", "test", "--out", str(tmp_path / "o")]) == 0
+    text = (tmp_path / "o" / "prometheus.yml").read_text(encoding="utf-8")
+    url = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-0123abcd-4567-89ef-0123-456789abcdef"
+    assert f"url: {url}/api/v1/remote_write" in text
+    assert "region: us-west-2" in text
