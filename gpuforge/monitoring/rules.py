@@ -37,6 +37,7 @@ class Alert:
     meaning: str
     action: str
     reason: str
+    annotations: tuple[tuple[str, str], ...] = ()  # more annotations (Prometheus templates)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ def load_rules() -> RuleData:
             meaning=row["meaning"],
             action=row["action"],
             reason=row["reason"],
+            annotations=tuple(sorted(row.get("annotations", {}).items())),
         )
         for row in data["alerts"]
     )
@@ -153,7 +155,7 @@ def alert_rules(*, cluster: str, gpu_count: int, dcgm_job: str, node_job: str) -
             "expr": alert.expr.format(**values),
             "for": alert.for_,
             "labels": {"severity": alert.severity, "drain": "true" if alert.drain else "false"},
-            "annotations": {"summary": alert.meaning, "action": alert.action},
+            "annotations": {"summary": alert.meaning, "action": alert.action, **dict(alert.annotations)},
         }
         for alert in load_rules().alerts
     ]
