@@ -1,0 +1,213 @@
+"""The rendered files run in the real daemons: Prometheus 3.5.3 starts with prometheus.yml and
+prometheus.flags and loads every rule; Alertmanager 0.33.1 starts with alertmanager.yml and sends
+a drain alert to the drain receiver's address on 127.0.0.1, where a stand-in receiver (this test's
+HTTP server: the daemon is not built yet) reads Alertmanager's webhook JSON.
+
+Each daemon is started by this test on 127.0.0.1 and stopped by its own pid; every wait is bounded.
+Debian's Alertmanager reads its default notification template from a fixed path,
+/usr/share/prometheus/alertmanager/default.tmpl (the package installs it there; the test root only
+unpacks it), so the test starts it in a private mount namespace whose /usr/share is an overlay that
+adds the test root's template: the host's /usr/share is left as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+import pytest
+from monitoring_support import SHIPPED_STACKS, tool
+
+from gpuforge.cli import main
+from gpuforge.monitoring.alertmanager import DRAIN_URL
+from gpuforge.monitoring.rules import load_rules
+
+pytestmark = pytest.mark.slow
+READY_S = 30
+# The rendered route waits group_wait (30 s) before its first notification of a group.
+DELIVERY_S = 60
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        return json.loads(answer.read())
+
+
+def _wait(what: str, check: Any, limit: float, log: Path) -> Any:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            result = check()
+            if result:
+                return result
+        time.sleep(0.2)
+    pytest.fail(f"{what} within {limit} s; log:\n{log.read_text(encoding='utf-8', errors='replace')[-3000:]}")
+
+
+@contextlib.contextmanager
+def _daemon(command: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@pytest.fixture
+def rendered(tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    assert main(["monitoring", "render", str(SHIPPED_STACKS), "--stack", "p5-prod", "--out", str(out)]) == 0
+    return out
+
+
+def test_prometheus_starts_with_the_rendered_config_and_flags_and_loads_every_rule(
+    rendered: Path, tmp_path: Path
+) -> None:
+    port = _free_port()
+    flags = [
+        line
+        for line in (rendered / "prometheus.flags").read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith("#") and not line.startswith("--web.listen-address=")
+    ]
+    command = [
+        str(tool("prometheus")),
+        f"--config.file={rendered / 'prometheus.yml'}",
+        f"--storage.tsdb.path={tmp_path / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        *flags,
+    ]
+    log = tmp_path / "prometheus.log"
+    with _daemon(command, log):
+        base = f"http://127.0.0.1:{port}"
+        groups = _wait(
+            "Prometheus loaded its rules",
+            lambda: _get(f"{base}/api/v1/rules")["data"]["groups"],
+            READY_S,
+            log,
+        )
+        flags_seen = _get(f"{base}/api/v1/status/flags")["data"]
+    kinds = [rule["type"] for group in groups for rule in group["rules"]]
+    data = load_rules()
+    assert kinds.count("alerting") == len(data.alerts)
+    assert kinds.count("recording") == len(data.recording)
+    assert flags_seen["storage.tsdb.retention.time"] == "15d"
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    received: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        type(self).received.append({"path": self.path, "body": json.loads(body)})
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *_: object) -> None:
+        """Quiet: the test reports what it received."""
+
+
+def test_alertmanager_sends_a_drain_alert_to_the_receiver_on_loopback(rendered: Path, tmp_path: Path) -> None:
+    drain = urlsplit(DRAIN_URL)
+    assert drain.hostname == "127.0.0.1"
+    try:
+        server = HTTPServer((drain.hostname, drain.port or 80), _Receiver)
+    except OSError as error:
+        pytest.fail(f"the drain receiver's address {drain.netloc} is taken on this machine: {error}")
+    _Receiver.received = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    if os.geteuid() != 0:
+        pytest.skip("the overlay for Debian's template path needs root (unshare, mount)")
+    alertmanager = tool("prometheus-alertmanager")
+    templates = alertmanager.parents[2] / "usr" / "share" / "prometheus" / "alertmanager"
+    upper, work = tmp_path / "upper", tmp_path / "work"
+    shutil.copytree(templates, upper / "prometheus" / "alertmanager")
+    work.mkdir()
+    overlay = f"lowerdir=/usr/share,upperdir={upper},workdir={work}"
+    port = _free_port()
+    command = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        f'mount -t overlay overlay -o {overlay} /usr/share && exec "$@"',
+        "sh",
+        str(alertmanager),
+        f"--config.file={rendered / 'alertmanager.yml'}",
+        f"--storage.path={tmp_path / 'am'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+    ]
+    log = tmp_path / "alertmanager.log"
+    try:
+        with _daemon(command, log):
+            base = f"http://127.0.0.1:{port}"
+            _wait(
+                "Alertmanager ready",
+                lambda: urllib.request.urlopen(f"{base}/-/ready", timeout=5).status == 200,
+                READY_S,
+                log,
+            )
+            alerts = [
+                {
+                    "labels": {
+                        "alertname": "GpuforgeXidNodeBad",
+                        "drain": "true",
+                        "node": "i-0abc",
+                        "severity": "critical",
+                    }
+                },
+                {
+                    "labels": {
+                        "alertname": "GpuforgeNodeDown",
+                        "drain": "false",
+                        "node": "i-0def",
+                        "severity": "warning",
+                    }
+                },
+            ]
+            request = urllib.request.Request(
+                f"{base}/api/v2/alerts",
+                data=json.dumps(alerts).encode(),
+                headers={"Content-Type": "application/json"},
+                method="POST",
+            )
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                assert answer.status == 200
+            _wait("the drain receiver got the alert", lambda: _Receiver.received, DELIVERY_S, log)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    [delivery] = _Receiver.received
+    assert delivery["path"] == drain.path
+    labels = [alert["labels"] for alert in delivery["body"]["alerts"]]
+    assert labels == [
+        {"alertname": "GpuforgeXidNodeBad", "drain": "true", "node": "i-0abc", "severity": "critical"}
+    ]
