@@ -19,7 +19,7 @@ from pathlib import Path
 
 from gpuforge import hardware
 from gpuforge.errors import InputError
-from gpuforge.node import slurm
+from gpuforge.node import efa_metrics, job_mapping, slurm
 from gpuforge.node.asg import report_unhealthy
 from gpuforge.node.checks import CHECKS, PERIODIC_CHECKS, run_checks
 from gpuforge.node.context import EFA_ATTEMPTS, HostPaths, NodeContext
@@ -91,6 +91,84 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also write DIR/node-check-<UTC timestamp>.json and DIR/latest.json",
     )
     check.set_defaults(handler=handle_check)
+    _register_job_mapping(node_commands)
+    efa = node_commands.add_parser(
+        "efa-metrics",
+        help="write the EFA hardware counters, labelled with GPUs and job, for node_exporter's textfile collector",
+        description="Read /sys/class/infiniband/*/ports/*/hw_counters and write gpuforge_efa_<counter>_total "
+        "series (labels device, port, gpus, hpc_job) to --out, atomically. Exit 0 written, 2 --out not writable.",
+    )
+    efa.add_argument(
+        "--out",
+        type=Path,
+        default=efa_metrics.DEFAULT_OUT,
+        metavar="FILE",
+        help=f"default {efa_metrics.DEFAULT_OUT}",
+    )
+    efa.add_argument(
+        "--mapping-dir",
+        type=Path,
+        default=job_mapping.DEFAULT_MAPPING_DIR,
+        metavar="DIR",
+        help=f"dcgm-exporter's job mapping folder (default {job_mapping.DEFAULT_MAPPING_DIR})",
+    )
+    efa.add_argument(
+        "--layout-cache",
+        type=Path,
+        default=efa_metrics.DEFAULT_LAYOUT_CACHE,
+        metavar="FILE",
+        help=f"the device-to-GPU layout cache (default {efa_metrics.DEFAULT_LAYOUT_CACHE})",
+    )
+    efa.add_argument(
+        "--infiniband",
+        type=Path,
+        default=HostPaths().infiniband,
+        metavar="DIR",
+        help=f"the RDMA devices' sysfs folder (default {HostPaths().infiniband})",
+    )
+    efa.set_defaults(handler=handle_efa_metrics)
+
+
+def _register_job_mapping(node_commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`node prolog` and `node epilog`: Slurm's Prolog and Epilog (they always exit 0)."""
+    for name, what in (
+        ("prolog", "write dcgm-exporter's job mapping files for $SLURM_JOB_GPUS"),
+        ("epilog", "remove the job mapping files that hold $SLURM_JOB_ID"),
+    ):
+        command = node_commands.add_parser(
+            name,
+            help=f"Slurm {name.capitalize()}: {what}",
+            description=f"Slurm's {name.capitalize()}: {what}. Always exits 0: a failing {name} drains the node; "
+            "problems are logged to stderr.",
+        )
+        command.add_argument(
+            "--mapping-dir",
+            type=Path,
+            default=job_mapping.DEFAULT_MAPPING_DIR,
+            metavar="DIR",
+            help=f"dcgm-exporter's --hpc-job-mapping-dir (default {job_mapping.DEFAULT_MAPPING_DIR})",
+        )
+        command.set_defaults(handler=handle_prolog if name == "prolog" else handle_epilog)
+
+
+def handle_prolog(args: argparse.Namespace) -> int:
+    return job_mapping.run_prolog(args.mapping_dir)
+
+
+def handle_epilog(args: argparse.Namespace) -> int:
+    return job_mapping.run_epilog(args.mapping_dir)
+
+
+def handle_efa_metrics(args: argparse.Namespace) -> int:
+    """One collection, written atomically to --out (exit 2 when it cannot be written)."""
+    text = efa_metrics.collect(
+        args.infiniband,
+        args.mapping_dir,
+        args.layout_cache,
+        SubprocessRunner(timeout_s=efa_metrics.TOPOLOGY_TIMEOUT_S),
+    )
+    efa_metrics.write(args.out, text)
+    return 0
 
 
 def handle_check(args: argparse.Namespace, paths: HostPaths | None = None) -> int:
