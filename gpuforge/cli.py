@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpuforge import __version__
+from gpuforge.display import printable_lines
 from gpuforge.errors import GpuforgeError
 
 # Command name -> (module defining register(subparsers), one-line help for the top-level listing).
@@ -81,7 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except GpuforgeError as error:
-        print(f"gpuforge: error: {error.message}", file=sys.stderr)
+        # Messages quote names from files and AWS: no escape sequence of theirs reaches the terminal.
+        print(f"gpuforge: error: {printable_lines(error.message)}", file=sys.stderr)
         if getattr(args, "json", False):
             # A script that parses --json output gets an object on failure too, not empty stdout.
             print(json.dumps({"error": {"message": error.message, "exit_code": error.exit_code}}))

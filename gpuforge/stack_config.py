@@ -592,7 +592,7 @@ def resolve_ami(config: StackConfig) -> AmiPin:
     The catalog is `gpuforge:catalog` or the default one. There is no fallback: a
     matrix with no entry for the region is an error that names the command building it.
     """
-    from gpuforge.images.catalog import DEFAULT_CATALOG, LOCAL_CATALOG, load_catalog
+    from gpuforge.images.catalog import DEFAULT_CATALOG, LOCAL_CATALOG, read_catalog
     from gpuforge.images.matrix import MatrixInvalid, load_valid
 
     try:
@@ -610,7 +610,9 @@ def resolve_ami(config: StackConfig) -> AmiPin:
             "targets include the instance type, or add the type to the matrix's targets and check it again."
         )
     catalog_path = config.catalog_path or DEFAULT_CATALOG
-    entry = load_catalog(catalog_path).lookup(digest, config.region)
+    entry = read_catalog(catalog_path, given_by=f"{NAMESPACE}:catalog or --catalog").lookup(
+        digest, config.region
+    )
     if entry is None:
         local = catalog_path.resolve() == LOCAL_CATALOG.resolve()
         command = f"gpuforge image build {display_path(config.matrix_path)} --region {config.region}"

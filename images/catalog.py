@@ -23,8 +23,11 @@ file, so a reader never sees half a file and a build writes all of its regions
 or none. A writer only ever adds or replaces its own record; where two records
 hold the same matrix and region (two branches merged), the newest `built_at`
 wins and the older one is kept as `shadowed`, for `image prune` to deregister.
-A missing path is an empty catalog; anything else that is not a valid catalog
-is an error naming the file and the field.
+For a writer, a missing path is an empty catalog (the first build creates it);
+a command that only reads (`image list`, `image prune`, `preflight`, `plan`,
+`policy check`) goes through `read_catalog`, where a missing path is a
+`CatalogNotFound` (exit 2): a mistyped path must not read as "no AMIs". Anything
+else that is not a valid catalog is an error naming the file and the field.
 """
 
 from __future__ import annotations
@@ -295,11 +298,38 @@ def _merge(path: Path, per_file: Sequence[tuple[Path, Sequence[CatalogEntry]]]) 
     return Catalog(path, ordered, tuple(sorted(shadowed, key=lambda e: (e.key, e.built_at))), files)
 
 
+class CatalogNotFound(InputError):
+    """A catalog path that a reading command was given does not exist (exit 2, as any bad input)."""
+
+    def __init__(self, path: Path, given_by: str = "") -> None:
+        by = f" (given by {given_by})" if given_by else ""
+        super().__init__(
+            f"{path}: no such AMI catalog{by}: neither a folder of records nor a .json file is there. Fix: "
+            "point it at an existing catalog, such as images/catalog or images/catalog.local, or create one "
+            "with `gpuforge image build MATRIX --region REGION --catalog PATH`."
+        )
+        self.path = path
+
+
 def load_catalog(path: Path) -> Catalog:
     """Read a catalog folder or single file; a missing path is empty, a malformed one an InputError."""
     if is_folder(path):
         return _load_folder(path)
     return _merge(path, [(path, _load_file(path))])
+
+
+def read_catalog(path: Path, *, given_by: str = "") -> Catalog:
+    """Read a catalog that must exist (for commands that only read); `given_by` names the flag or key in messages.
+
+    A missing path (a broken link included) is a CatalogNotFound; otherwise as `load_catalog`.
+    """
+    try:
+        exists = path.exists()
+    except (OSError, ValueError):  # a NUL byte, an over-long name: load_catalog reports it with the fix
+        exists = True
+    if not exists:
+        raise CatalogNotFound(path, given_by)
+    return load_catalog(path)
 
 
 @contextmanager

@@ -11,10 +11,11 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from gpuforge.display import printable
 from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.images import ec2, packer
 from gpuforge.images.build import DEFAULT_COPY_TIMEOUT_S, DEFAULT_TIMEOUT_S, BuildRequest, build_image
-from gpuforge.images.catalog import DEFAULT_CATALOG, LOCAL_CATALOG, REPO_ROOT, load_catalog
+from gpuforge.images.catalog import DEFAULT_CATALOG, LOCAL_CATALOG, REPO_ROOT, read_catalog
 from gpuforge.images.emulator import DUMMY_CREDENTIALS, LocalAws, SeedImage
 from gpuforge.images.matrix import Matrix, load_valid
 from gpuforge.images.progress import Progress
@@ -32,15 +33,6 @@ def _positive(text: str) -> float:
     if not math.isfinite(value) or value <= 0:  # nan compares false with everything, so test it first
         raise argparse.ArgumentTypeError(f"{text!r}: the timeout must be a finite number of seconds above 0")
     return value
-
-
-def _printable(text: str) -> str:
-    """`text` safe for a terminal: control characters (escape sequences, newlines) shown escaped.
-
-    Catalog names come from files in pull requests; printed raw, an escape sequence could
-    rewrite the screen or hide a row.
-    """
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 def _positive_int(text: str) -> int:
@@ -301,17 +293,17 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    catalog = load_catalog(args.catalog)
+    catalog = read_catalog(args.catalog, given_by="--catalog")
     if args.json:
         print(json.dumps(catalog.to_json(), indent=2, sort_keys=True))
         return 0
     if not catalog.entries:
-        print(f"{_printable(str(args.catalog))}: no AMIs recorded")
+        print(f"{printable(str(args.catalog))}: no AMIs recorded")
         return 0
     header = ("AMI", "REGION", "MATRIX", "VERSION", "DIGEST", "BUILT", "PACKER")
     rows = [
         tuple(
-            _printable(cell)
+            printable(cell)
             for cell in (
                 e.ami_id,
                 e.region,
@@ -328,7 +320,7 @@ def _list(args: argparse.Namespace) -> int:
     for row in (header, *rows):
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     if catalog.shadowed:
-        replaced = ", ".join(_printable(f"{e.ami_id} ({e.region})") for e in catalog.shadowed)
+        replaced = ", ".join(printable(f"{e.ami_id} ({e.region})") for e in catalog.shadowed)
         print(
             f"shadowed by newer records of the same matrix and region (image prune removes them): {replaced}"
         )

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from gpuforge.display import printable
 from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.images import ec2
-from gpuforge.images.catalog import REPO_ROOT, Catalog, CatalogEntry, load_catalog, remove_entry
+from gpuforge.images.catalog import REPO_ROOT, Catalog, CatalogEntry, load_catalog, read_catalog, remove_entry
 from gpuforge.images.matrix import load_valid
 
 DEFAULT_STACKS = REPO_ROOT / "stacks"
@@ -134,11 +135,15 @@ def prune(
     report: Callable[[str], None] = print,
 ) -> list[CatalogEntry]:
     """The superseded entries; with `apply`, each deregistered, its snapshots deleted, its entry removed."""
-    catalog = load_catalog(catalog_path)
+    catalog = read_catalog(catalog_path, given_by="--catalog")
     going = superseded(catalog, keep)
     _refuse_pinned(catalog, going, stack_pins(stacks_dir, catalog), keep)
     if not going:
-        report(f"{catalog_path}: nothing to prune (the newest {keep} of each matrix and region are kept)")
+        report(
+            printable(
+                f"{catalog_path}: nothing to prune (the newest {keep} of each matrix and region are kept)"
+            )
+        )
         return []
     account = aws.account()
     images: list[tuple[CatalogEntry, ec2.Image | None, ec2.Aws]] = []
@@ -153,8 +158,10 @@ def prune(
         snapshots = ", ".join(image.snapshot_ids) if image and image.snapshot_ids else "no snapshots"
         state = f"and {snapshots}" if image else "(already deregistered: only its catalog entry goes)"
         report(
-            f"{verb}: {entry.ami_id} {state} in {entry.region}, {entry.matrix_name} {entry.matrix_version} "
-            f"built {entry.built_at} ({catalog.file_of(entry)})"
+            printable(
+                f"{verb}: {entry.ami_id} {state} in {entry.region}, {entry.matrix_name} {entry.matrix_version} "
+                f"built {entry.built_at} ({catalog.file_of(entry)})"
+            )
         )
         if apply:
             if image is not None:

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from gpuforge import hardware
 from gpuforge.components.specs import AmiPin
-from gpuforge.errors import GpuforgeError, InputError, no_aws_credentials
+from gpuforge.errors import GpuforgeError, no_aws_credentials
+from gpuforge.images.catalog import DEFAULT_CATALOG, read_catalog
 from gpuforge.preflight import ami, capacity, offering, quota, storage
 from gpuforge.preflight.aws import AwsClients, failed_call
 from gpuforge.preflight.report import Check, fail
-from gpuforge.stack_config import StackConfig, load_stack_config, resolve_ami
+from gpuforge.stack_config import NAMESPACE, StackConfig, load_stack_config, resolve_ami
 
 
 def resolve_image(config: StackConfig, catalog: Path | None) -> AmiPin | str:
@@ -98,6 +99,21 @@ def run_checks(
     return [_guarded(check_id, step) for check_id, step in steps]
 
 
+def _read_catalog(config: StackConfig, catalog: Path | None) -> None:
+    """A catalog that is missing or not a valid catalog is bad input (exit 2), as for `image list` and `plan`.
+
+    Read here, before any AWS call, with the same reader as every other command: either layout
+    (a folder of records or a single .json file). Only a readable catalog without the stack's AMI
+    is the `ami` check's failure (exit 1).
+    """
+    if catalog is not None:
+        read_catalog(catalog, given_by="--catalog")
+    elif config.catalog_path is not None:
+        read_catalog(config.catalog_path, given_by=f"{NAMESPACE}:catalog in {config.source}")
+    else:
+        read_catalog(DEFAULT_CATALOG)
+
+
 def preflight(
     stack_dir: Path,
     stack: str,
@@ -109,14 +125,10 @@ def preflight(
 ) -> tuple[StackConfig, list[Check]]:
     """Read the stack's config, build the AWS clients (unless given) and run every check.
 
-    Bad config, a missing --catalog file and missing credentials raise GpuforgeError (exit 2)
+    Bad config, a missing or invalid catalog and missing credentials raise GpuforgeError (exit 2)
     before any check runs.
     """
     config = load_stack_config(stack_dir, stack)
-    if catalog is not None and not catalog.is_file():
-        raise InputError(
-            f"--catalog {catalog}: no such file. Fix: give the path of an image catalog, or leave --catalog "
-            "out to use the stack's gpuforge:catalog (or the default catalog)."
-        )
+    _read_catalog(config, catalog)
     clients = clients if clients is not None else AwsClients.create(config.region)
     return config, run_checks(config, clients, catalog=catalog, now=now, local=local)

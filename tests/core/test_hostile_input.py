@@ -272,8 +272,7 @@ def test_timeouts_must_be_finite_and_positive(value: str, capsys: pytest.Capture
 def test_image_list_escapes_terminal_control_characters(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gpuforge.images import image_cli
-    from gpuforge.images.catalog import Catalog, CatalogEntry
+    from gpuforge.images.catalog import CatalogEntry, record_entry
 
     entry = CatalogEntry(
         "ami-0123456789abcdef0",
@@ -284,7 +283,7 @@ def test_image_list_escapes_terminal_control_characters(
         "2026-01-01T00:00:00+00:00",
         "1.11",
     )
-    monkeypatch.setattr(image_cli, "load_catalog", lambda path: Catalog(path, (entry,)))
+    record_entry(tmp_path / "c.json", entry)  # a name a pull request could carry: the schema takes it
     assert main(["image", "list", "--catalog", str(tmp_path / "c.json")]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "evil\\x1b[2J\\nname" in out

@@ -78,6 +78,7 @@ def test_a_matrix_without_a_catalog_entry_fails_with_the_named_error(
 ) -> None:
     monkeypatch.chdir(REPO)
     empty = tmp_path / "empty-catalog.json"
+    empty.write_text('{"schema": 2, "images": {}}\n', encoding="utf-8")  # empty; a missing one is an error
     with pytest.raises(InputError) as caught:
         plan(STACK_DIR, "p5-prod", catalog=empty)
     message = caught.value.message
@@ -94,6 +95,7 @@ def test_the_missing_entry_error_names_the_local_build_for_the_local_catalog(
 
     # Where `image build --local` records its AMIs; moved here so the checkout's own stays untouched.
     local = tmp_path / "catalog.local.json"
+    local.write_text('{"schema": 2, "images": {}}\n', encoding="utf-8")  # empty; a missing one is an error
     monkeypatch.setattr(gpuforge.images.catalog, "LOCAL_CATALOG", local)
     monkeypatch.chdir(REPO)
     with pytest.raises(
@@ -107,6 +109,7 @@ def test_catalog_override_replaces_the_config_s_catalog(
     stack_copy: StackCopy, tmp_path: Path, catalog_path: Path
 ) -> None:
     empty = tmp_path / "empty.json"
+    empty.write_text('{"schema": 2, "images": {}}\n', encoding="utf-8")  # empty; a missing one is an error
     stack_dir = stack_copy("p5-prod", overrides={"gpuforge:catalog": str(empty)})
     with pytest.raises(InputError, match="has no AMI"):
         plan(stack_dir, "p5-prod")

@@ -85,7 +85,7 @@ def test_missing_catalog_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixt
     missing = tmp_path / "nope.json"
     code = main(["preflight", str(_stack(tmp_path)), "--stack", "test", "--catalog", str(missing)])
     assert code == 2
-    assert f"--catalog {missing}: no such file" in capsys.readouterr().err
+    assert f"{missing}: no such AMI catalog (given by --catalog)" in capsys.readouterr().err
 
 
 def test_command_reaches_aws_through_aws_endpoint_url(

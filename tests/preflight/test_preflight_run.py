@@ -349,6 +349,17 @@ def test_ami_missing_from_the_region_fails(tmp_path: Path, aws: Aws, world: Worl
     assert "does not exist in us-east-1" in checks["ami"].message
 
 
+def test_catalog_folder_layout_is_read_as_the_single_file_is(tmp_path: Path, aws: Aws, world: World) -> None:
+    """`--catalog DIR`: the default layout (a folder of records), not only a single .json file."""
+    folder = tmp_path / "catalog"
+    record_entry(folder, _entry(world.good_ami, world.digest))
+    assert folder.is_dir()
+    _quota_calls(aws, 1536)
+    _, checks = _run(tmp_path, aws, folder)
+    assert checks["ami"].status is Status.OK, checks["ami"].text
+    assert world.good_ami in checks["ami"].message
+
+
 def test_matrix_without_a_catalog_entry_fails_the_ami_check(tmp_path: Path, aws: Aws, world: World) -> None:
     _quota_calls(aws, 1536)
     _, checks = _run(tmp_path, aws, world.empty_catalog)
