@@ -29,6 +29,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from gpuforge.display import cut
 from gpuforge.errors import InputError
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def read_text(path: Path, *, what: str, max_bytes: int, fix: str) -> str:
     except OSError as error:
         if error.errno == errno.ENAMETOOLONG:
             raise _fail(
-                f"{str(path)[:80]}... ({len(str(path))} characters)",
+                cut(str(path)),
                 f"cannot read the {what}: the path is longer than the system allows",
                 fix,
             ) from None

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from gpuforge.display import cut
 from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.images import ec2, packer, sbom
 from gpuforge.images.catalog import CatalogEntry, load_catalog, now_utc, record_build, utc_timestamp
@@ -92,7 +93,7 @@ def check_targets(request: BuildRequest) -> None:
     for account in request.share_with:
         if not ACCOUNT.match(account):
             raise InputError(
-                f"--share-with {account!r}: not a 12-digit AWS account id. Fix: pass account ids such as "
+                f"--share-with {cut(account)}: not a 12-digit AWS account id. Fix: pass account ids such as "
                 "123456789012, separated by commas."
             )
 

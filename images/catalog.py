@@ -44,6 +44,7 @@ from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from gpuforge.atomic import write_text_atomic
+from gpuforge.display import cut
 from gpuforge.errors import InputError
 from gpuforge.loading import MAX_DATA_BYTES, load_json
 
@@ -123,7 +124,7 @@ class _Entry(BaseModel):
     def _accounts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for account in value:
             if not (len(account) == 12 and account.isdigit()):
-                raise ValueError(f"{account!r} is not a 12-digit AWS account id")
+                raise ValueError(f"{cut(account)} is not a 12-digit AWS account id")
         return value
 
 
@@ -212,14 +213,14 @@ def _load_file(path: Path) -> list[CatalogEntry]:
             path,
             "schema",
             f"this gpuforge reads schemas {', '.join(map(str, READABLE_SCHEMAS))}, "
-            f"the file says {raw.get('schema')!r}",
+            f"the file says {cut(raw.get('schema'))}",
         )
     try:
         parsed = _File.model_validate(raw)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise _invalid(path, where, f"{first['msg']} (found {first.get('input')!r})") from None
+        raise _invalid(path, where, f"{first['msg']} (found {cut(first.get('input'))})") from None
     entries: list[CatalogEntry] = []
     for digest, regions in sorted(parsed.images.items()):
         for region, entry in sorted(regions.items()):

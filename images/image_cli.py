@@ -11,7 +11,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from gpuforge.display import printable
+from gpuforge.display import cut, printable
 from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.images import ec2, packer
 from gpuforge.images.build import DEFAULT_COPY_TIMEOUT_S, DEFAULT_TIMEOUT_S, BuildRequest, build_image
@@ -29,9 +29,11 @@ def _positive(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        raise argparse.ArgumentTypeError(f"{cut(text)} is not a number of seconds") from None
     if not math.isfinite(value) or value <= 0:  # nan compares false with everything, so test it first
-        raise argparse.ArgumentTypeError(f"{text!r}: the timeout must be a finite number of seconds above 0")
+        raise argparse.ArgumentTypeError(
+            f"{cut(text)}: the timeout must be a finite number of seconds above 0"
+        )
     return value
 
 
@@ -39,9 +41,9 @@ def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        raise argparse.ArgumentTypeError(f"{cut(text)} is not a whole number") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: keep at least 1 build (the newest)")
+        raise argparse.ArgumentTypeError(f"{cut(text)}: keep at least 1 build (the newest)")
     return value
 
 
@@ -215,20 +217,24 @@ def _render(args: argparse.Namespace) -> int:
             version = Version(args.packer_version)
         except InvalidVersion:
             raise InputError(
-                f"--packer-version: {args.packer_version!r} is not a version, e.g. 1.6.6"
+                f"--packer-version: {cut(args.packer_version)} is not a version, e.g. 1.6.6"
             ) from None
     else:
         version = packer.find_packer().version
     tool = packer.Packer("packer", version)
     rendered = render(matrix, digest, RenderOptions(region=region, imds=tool.supports_imds), args.out)
     print(
-        f"rendered {matrix.name} {matrix.version} (digest {digest[:12]}) for packer {version} into {args.out}"
+        printable(
+            f"rendered {matrix.name} {matrix.version} (digest {digest[:12]}) for packer {version} into {args.out}"
+        )
     )
-    print(f"  AMI name: {rendered.ami_name}")
+    print(f"  AMI name: {printable(rendered.ami_name)}")
     if tool.has_init:
-        print(f"  build: cd {args.out} && packer init . && packer build .")
+        print(f"  build: cd {printable(str(args.out))} && packer init . && packer build .")
     else:
-        print(f"  build: cd {args.out} && packer build {BUILD_FILE}   (packer {version} has no `init`)")
+        print(
+            f"  build: cd {printable(str(args.out))} && packer build {BUILD_FILE}   (packer {version} has no `init`)"
+        )
     print("  or let gpuforge run it, verify the AMI and record it: gpuforge image build MATRIX --region R")
     return 0
 
@@ -332,6 +338,9 @@ def _verify(args: argparse.Namespace) -> int:
     aws = ec2.Aws(args.region)
     image = ec2.verify_image(aws.client(), aws, args.ami, ami_tags(matrix, digest))
     print(
-        f"ok: {image.ami_id} in {args.region} carries every tag of {matrix.name} {matrix.version} (digest {digest[:12]})"
+        printable(
+            f"ok: {image.ami_id} in {args.region} carries every tag of {matrix.name} {matrix.version} "
+            f"(digest {digest[:12]})"
+        )
     )
     return 0

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gpuforge.display import printable
 from gpuforge.errors import Finding, InputError, Severity
 from gpuforge.images.matrix import MatrixReport, check_file, load_valid
 
@@ -69,9 +70,9 @@ def _check(args: argparse.Namespace) -> int:
         warnings = len(report.findings) - errors
         verdict = "ok" if report.ok else "FAIL"
         digest = f" digest {report.digest[:12]}" if report.digest else ""
-        print(f"{verdict:4} {report.path}{digest} ({errors} errors, {warnings} warnings)")
+        print(printable(f"{verdict:4} {report.path}{digest} ({errors} errors, {warnings} warnings)"))
         for finding in report.findings:
-            print(f"     {finding.render()}")
+            print(f"     {printable(finding.render())}")
     return code
 
 
@@ -80,7 +81,7 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"path": str(args.file), "digest": digest, "matrix": matrix.normalized()}, indent=2))
         return EXIT_OK
-    print(f"# {args.file}\n# digest: {digest}")
+    print(f"# {printable(str(args.file))}\n# digest: {digest}")
     for key, value in matrix.normalized().items():
         print(f"{key}: {json.dumps(value)}")
     return EXIT_OK

@@ -2,7 +2,8 @@
 
 A build prints hundreds of lines; on a terminal only the latest step and the
 elapsed time matter, while CI logs need every line. Errors are always printed
-in full.
+in full. Packer's lines carry names from the matrix and from AWS, so they are
+written through `gpuforge.display` (escape sequences shown, not obeyed).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import shutil
 import sys
 import time
 from typing import TextIO
+
+from gpuforge.display import printable, printable_lines
 
 
 class Progress:
@@ -36,18 +39,18 @@ class Progress:
             return
         if not self.tty:
             for line in lines:
-                self.stream.write(line.rstrip() + "\n")
+                self.stream.write(printable(line.rstrip()) + "\n")
             self.stream.flush()
             return
         width = max(20, shutil.get_terminal_size((100, 20)).columns - 10)
-        status = lines[-1].strip()[:width]
+        status = printable(lines[-1].strip())[:width]
         self.stream.write(f"\r\033[K[{self._elapsed()}] {status}")
         self._status_shown = True
         self.stream.flush()
 
     def error(self, text: str) -> None:
         self._clear()
-        self.stream.write(text.rstrip() + "\n")
+        self.stream.write(printable_lines(text.rstrip()) + "\n")
         self.stream.flush()
 
     def done(self) -> None:

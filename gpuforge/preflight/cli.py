@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpuforge.cli import add_stack_arguments
+from gpuforge.display import printable
 
 if TYPE_CHECKING:
     from gpuforge.preflight.report import Check
@@ -48,6 +49,6 @@ def emit(config: StackConfig, checks: Sequence[Check], *, as_json: bool) -> int:
     if as_json:
         print(json.dumps(to_json(checks), indent=2))
     else:
-        print(f"preflight of stack {config.stack} ({config.source}) in {config.region}")
+        print(printable(f"preflight of stack {config.stack} ({config.source}) in {config.region}"))
         print(render_text(checks))
     return exit_code(checks)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from gpuforge.display import printable
+
 EXIT_OK, EXIT_FAILED = 0, 1
 
 
@@ -71,7 +73,8 @@ def to_json(checks: Sequence[Check]) -> dict[str, Any]:
 def render_text(checks: Sequence[Check]) -> str:
     """One line per check: status, id, message and fix."""
     width = max((len(check.id) for check in checks), default=0)
-    lines = [f"{check.status!s:4} {check.id:{width}}  {check.text}" for check in checks]
+    # Messages quote names from the stack file and from AWS (tags, AMI names): escaped for the terminal.
+    lines = [f"{check.status!s:4} {check.id:{width}}  {printable(check.text)}" for check in checks]
     failed = sum(check.status is Status.FAIL for check in checks)
     warned = sum(check.status is Status.WARN for check in checks)
     verdict = "preflight failed" if failed else "preflight passed"
