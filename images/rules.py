@@ -37,20 +37,22 @@ from gpuforge.scheduler.versions import (
 ERROR = Severity.ERROR
 WARNING = Severity.WARNING
 
+# Every pattern below is matched whole (fullmatch) and spelled in ASCII classes: `$` under re.match
+# lets a trailing newline through, and \d takes any Unicode digit.
 # One exact version: digits and dots, optionally followed by a Debian/vendor revision
 # (2.26.2-1+cuda12.8, 6.8.0-1031-aws, 2025.10.11-1, 4.2.3-4.1.3). No ranges, wildcards or words.
-_EXACT = re.compile(r"^[0-9]+(\.[0-9]+)+([-+~][0-9A-Za-z]+([.+~-][0-9A-Za-z]+)*)?$")
-_AMI = re.compile(r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$")
+_EXACT = re.compile(r"[0-9]+(\.[0-9]+)+([-+~][0-9A-Za-z]+([.+~-][0-9A-Za-z]+)*)?")
+_AMI = re.compile(r"ami-([0-9a-f]{8}|[0-9a-f]{17})")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$")
-_NCCL = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\+cuda([0-9]+)\.([0-9]+)$")
+_REGION = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-[0-9]")
+_NCCL = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\+cuda([0-9]+)\.([0-9]+)")
 
 Rule = Callable[[Matrix, Compat], Iterator[Finding]]
 
 
 def _version(text: str | None) -> Version | None:
     """A comparable release version, or None when the pin is not exact."""
-    if text is None or not _EXACT.match(text):
+    if text is None or not _EXACT.fullmatch(text):
         return None
     try:
         return release_version(text)
@@ -112,7 +114,7 @@ _PIN_EXAMPLES = {
 
 def rule_exact_pins(matrix: Matrix, data: Compat) -> Iterator[Finding]:
     for field, value in _pins(matrix):
-        if value is not None and not _EXACT.match(value):
+        if value is not None and not _EXACT.fullmatch(value):
             example = _PIN_EXAMPLES.get(field)
             yield Finding(
                 "pin.exact",
@@ -127,7 +129,7 @@ def rule_exact_pins(matrix: Matrix, data: Compat) -> Iterator[Finding]:
 def rule_base_ami(matrix: Matrix, data: Compat) -> Iterator[Finding]:
     for region, ami in matrix.os.base_ami.items():
         field = f"os.base_ami.{region}"
-        if not _REGION.match(region):
+        if not _REGION.fullmatch(region):
             yield Finding(
                 "pin.base-ami",
                 ERROR,
@@ -135,7 +137,7 @@ def rule_base_ami(matrix: Matrix, data: Compat) -> Iterator[Finding]:
                 f"{region!r} is not an AWS region name. Fix: key base AMIs by region, e.g. us-east-1.",
                 SCHEMA_SOURCE,
             )
-        if not _AMI.match(ami):
+        if not _AMI.fullmatch(ami):
             yield Finding(
                 "pin.base-ami",
                 ERROR,
@@ -169,7 +171,7 @@ def rule_sha256(matrix: Matrix, data: Compat) -> Iterator[Finding]:
 
 _UNVERIFIED = re.compile(r"\bunverified\b", re.IGNORECASE)
 # "hashed: <who took sha256sum of which download, when>" or "published: <where it is listed>".
-_SHA256_SOURCE = re.compile(r"^(hashed|published): \S.{9,}$", re.DOTALL)
+_SHA256_SOURCE = re.compile(r"(hashed|published): [!-~].{9,}", re.DOTALL)
 
 
 def _checksums(matrix: Matrix) -> Iterator[tuple[str, str, str | None]]:
@@ -207,7 +209,7 @@ def rule_sha256_source(matrix: Matrix, data: Compat) -> Iterator[Finding]:
                 "that source.",
                 SCHEMA_SOURCE,
             )
-        elif not _SHA256_SOURCE.match(source):
+        elif not _SHA256_SOURCE.fullmatch(source):
             yield Finding(
                 "pin.sha256-source",
                 ERROR,
@@ -364,7 +366,7 @@ def rule_driver_eol(matrix: Matrix, data: Compat, today: date | None = None) -> 
 # NVIDIA's data-center drivers are numbered <branch>.<minor>[.<patch>]: a three-digit branch (R535,
 # R580), a minor of two or three digits and an optional two-digit patch (535.183.06, 570.26,
 # 580.95.05), as every release on the supported-drivers page is.
-_DRIVER_RELEASE = re.compile(r"^(?P<branch>[0-9]{3})\.[0-9]{2,3}(\.[0-9]{2})?$")
+_DRIVER_RELEASE = re.compile(r"(?P<branch>[0-9]{3})\.[0-9]{2,3}(\.[0-9]{2})?")
 
 
 def _known_branch_number(branch: str, data: Compat) -> bool:
@@ -383,7 +385,7 @@ def rule_driver_release(matrix: Matrix, data: Compat) -> Iterator[Finding]:
         return  # pin.exact reports it
     branches = data.driver_branches
     listed = ", ".join("R" + name for name in branches.branches)
-    if not _DRIVER_RELEASE.match(driver):
+    if not _DRIVER_RELEASE.fullmatch(driver):
         yield Finding(
             "driver.release",
             ERROR,
@@ -565,7 +567,7 @@ def rule_cudnn(matrix: Matrix, data: Compat) -> Iterator[Finding]:
 
 def rule_nccl(matrix: Matrix, data: Compat) -> Iterator[Finding]:
     cuda = _version(matrix.cuda)
-    match = _NCCL.match(matrix.nccl)
+    match = _NCCL.fullmatch(matrix.nccl)
     if match is None:
         yield Finding(
             "nccl.package-version",
@@ -724,7 +726,7 @@ def rule_aws_ofi_nccl(matrix: Matrix, data: Compat) -> Iterator[Finding]:
     nccl_floor = next((r for r in rules.nccl_min if plugin >= Version(r.plugin)), None)
     if (
         nccl_floor is not None
-        and _NCCL.match(matrix.nccl)
+        and _NCCL.fullmatch(matrix.nccl)
         and release_version(matrix.nccl) < Version(nccl_floor.nccl)
     ):
         yield Finding(
