@@ -40,6 +40,7 @@ from gpuforge.images.matrix import Matrix, load_valid
 from gpuforge.images.progress import Progress
 from gpuforge.images.render import BUILD_FILE, RenderedBuild, RenderOptions, base_ami, distro_defaults, render
 from gpuforge.images.tags import PREFIX, ami_tags
+from gpuforge.regions import check_region
 
 DEFAULT_TIMEOUT_S = 3 * 3600.0
 # init and validate read files only; they get at most this long of the overall budget.
@@ -47,7 +48,6 @@ CHECK_TIMEOUT_S = 300.0
 UNKNOWN_PACKER = "unknown"
 # A copy of a large AMI takes tens of minutes; wait this long for each before giving up.
 DEFAULT_COPY_TIMEOUT_S = 2 * 3600.0
-REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$")
 ACCOUNT = re.compile(r"^[0-9]{12}$")
 
 
@@ -75,12 +75,10 @@ class BuildResult:
 
 
 def check_targets(request: BuildRequest) -> None:
-    """--copy-to and --share-with name real regions and accounts, and the home region is no copy target."""
+    """--region, --copy-to and --share-with name regions AWS has and real accounts; the home region is no copy target."""
+    check_region("--region", request.region)
     for region in request.copy_to:
-        if not REGION.match(region):
-            raise InputError(
-                f"--copy-to {region!r}: not an AWS region name (e.g. us-west-2). Fix: correct it."
-            )
+        check_region("--copy-to", region)
         if region == request.region:
             raise InputError(
                 f"--copy-to {region}: the AMI is built in {region}; a copy there would be a second AMI of the "

@@ -23,6 +23,7 @@ from gpuforge.images.prune import DEFAULT_KEEP, DEFAULT_STACKS, prune
 from gpuforge.images.render import BUILD_FILE, RenderOptions, base_ami, distro_defaults, render
 from gpuforge.images.signals import SIGTERM_EXIT, Terminated, sigterm_as_interrupt
 from gpuforge.images.tags import ami_tags
+from gpuforge.regions import region_problem
 
 
 def _positive(text: str) -> float:
@@ -48,8 +49,30 @@ def _positive_int(text: str) -> int:
 
 
 def _words(text: str) -> list[str]:
-    """A comma-separated flag value (`us-west-2,eu-west-1`), checked by the build."""
-    return [word.strip() for word in text.split(",") if word.strip()]
+    """A comma-separated flag value (`123456789012,210987654321`); an empty item is a mistake, not nothing.
+
+    `--copy-to ''` or `--copy-to ,` (an unset CI variable, a stray comma) would otherwise copy
+    nowhere and report success.
+    """
+    words = [word.strip() for word in text.split(",")]
+    if not all(words):
+        raise argparse.ArgumentTypeError(
+            f"{cut(text)} has an empty item. Fix: separate the values by single commas (a,b), or leave the "
+            "flag out"
+        )
+    return words
+
+
+def _region(text: str) -> str:
+    """A region AWS has (botocore's endpoint data), checked before anything runs."""
+    problem = region_problem(text.strip())
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text.strip()
+
+
+def _regions(text: str) -> list[str]:
+    return [_region(word) for word in _words(text)]
 
 
 def register(subparsers: Any) -> None:
@@ -60,7 +83,10 @@ def register(subparsers: Any) -> None:
     render_cmd.add_argument("matrix", type=Path, metavar="MATRIX", help="the matrix YAML file")
     render_cmd.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new or empty folder")
     render_cmd.add_argument(
-        "--region", metavar="REGION", help="region of the base AMI (default: the matrix's only region)"
+        "--region",
+        type=_region,
+        metavar="REGION",
+        help="region of the base AMI (default: the matrix's only region)",
     )
     render_cmd.add_argument(
         "--packer-version",
@@ -79,6 +105,7 @@ def register(subparsers: Any) -> None:
     build.add_argument("matrix", type=Path, metavar="MATRIX", help="the matrix YAML file")
     build.add_argument(
         "--region",
+        type=_region,
         required=True,
         metavar="REGION",
         help="the region to build in (its base AMI is the matrix's)",
@@ -105,7 +132,7 @@ def register(subparsers: Any) -> None:
     )
     build.add_argument(
         "--copy-to",
-        type=_words,
+        type=_regions,
         action="extend",
         default=[],
         metavar="REGION[,REGION...]",
@@ -144,7 +171,9 @@ def register(subparsers: Any) -> None:
     verify.add_argument(
         "--matrix", type=Path, required=True, metavar="MATRIX", help="the matrix the AMI should be built from"
     )
-    verify.add_argument("--region", required=True, metavar="REGION", help="the region the AMI is in")
+    verify.add_argument(
+        "--region", type=_region, required=True, metavar="REGION", help="the region the AMI is in"
+    )
     verify.set_defaults(handler=_verify)
 
     prune_cmd = commands.add_parser(
@@ -184,6 +213,7 @@ def register(subparsers: Any) -> None:
     )
     prune_cmd.add_argument(
         "--region",
+        type=_region,
         metavar="REGION",
         help="region for the account lookup; each AMI is handled in its own region (default: us-east-1)",
     )

@@ -25,6 +25,7 @@ from gpuforge.compat import (
 )
 from gpuforge.errors import Finding, Severity
 from gpuforge.images.matrix import SCHEMA_SOURCE, Matrix
+from gpuforge.regions import region_problem
 from gpuforge.scheduler.versions import (
     RENDERED_FEATURES,
     SLURM_VERSION,
@@ -44,7 +45,6 @@ WARNING = Severity.WARNING
 _EXACT = re.compile(r"[0-9]+(\.[0-9]+)+([-+~][0-9A-Za-z]+([.+~-][0-9A-Za-z]+)*)?")
 _AMI = re.compile(r"ami-([0-9a-f]{8}|[0-9a-f]{17})")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_REGION = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-[0-9]")
 _NCCL = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\+cuda([0-9]+)\.([0-9]+)")
 
 Rule = Callable[[Matrix, Compat], Iterator[Finding]]
@@ -129,14 +129,9 @@ def rule_exact_pins(matrix: Matrix, data: Compat) -> Iterator[Finding]:
 def rule_base_ami(matrix: Matrix, data: Compat) -> Iterator[Finding]:
     for region, ami in matrix.os.base_ami.items():
         field = f"os.base_ami.{region}"
-        if not _REGION.fullmatch(region):
-            yield Finding(
-                "pin.base-ami",
-                ERROR,
-                field,
-                f"{region!r} is not an AWS region name. Fix: key base AMIs by region, e.g. us-east-1.",
-                SCHEMA_SOURCE,
-            )
+        problem = region_problem(region)  # botocore's endpoint data: the shape alone lets us-east-9 through
+        if problem is not None:
+            yield Finding("pin.base-ami", ERROR, field, f"{problem}.", SCHEMA_SOURCE)
         if not _AMI.fullmatch(ami):
             yield Finding(
                 "pin.base-ami",

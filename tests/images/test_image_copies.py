@@ -111,7 +111,9 @@ def test_copies_are_tagged_shared_waited_for_and_every_region_is_recorded(
     ("changes", "expected"),
     [
         ({"copy_to": (REGION,)}, r"--copy-to us-east-1: the AMI is built in us-east-1"),
-        ({"copy_to": ("mars-1",)}, r"--copy-to 'mars-1': not an AWS region name"),
+        ({"copy_to": ("mars-1",)}, r"--copy-to: 'mars-1' is not a region AWS has \(botocore .*Fix:"),
+        ({"copy_to": ("us-east-9",)}, r"--copy-to: 'us-east-9' is not a region AWS has"),  # the right shape
+        ({"copy_to": ("",)}, r"--copy-to: an empty region name. Fix:"),
         ({"copy_to": (WEST, WEST)}, r"a region is named twice"),
         ({"share_with": ("12345",)}, r"--share-with '12345': not a 12-digit AWS account id"),
     ],
