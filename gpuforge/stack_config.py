@@ -68,6 +68,7 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    field_validator,
 )
 
 from gpuforge.components import cluster_rules, lustre_rules
@@ -122,6 +123,20 @@ class _CapacityKeys(_Strict):
     placement_group: StrictStr | None = Field(default=None, alias="placementGroup")
     start: AwareDatetime | None = None
     end: AwareDatetime | None = None
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _iso_8601_only(cls, value: object) -> object:
+        """Only ISO 8601 text with a zone: pydantic would read a bare number as Unix seconds (or ms), which a
+        person may have meant in another unit or zone; a Capacity Block's times are for people to check."""
+        if value is None:
+            return value
+        if not isinstance(value, str) or re.fullmatch(r"[0-9.+-]+", value.strip()):
+            raise ValueError(
+                "a bare number is ambiguous (Unix seconds? milliseconds?); write an ISO 8601 time with its "
+                "zone, as AWS shows the block's StartDate and EndDate, e.g. 2026-01-01T11:30:00Z"
+            )
+        return value
 
 
 class _LustreKeys(_Strict):
