@@ -75,6 +75,11 @@ class SlurmSite:
     gpu_device_prefix: str = "/dev/nvidia"
     health_check_program: str = "/usr/local/sbin/gpuforge-slurm-healthcheck"
     health_check_interval_s: int = 300
+    # slurmd's Prolog and Epilog: dcgm-exporter's job mapping files (gpuforge.node.job_mapping).
+    # Wrappers the image installs (images/scripts/85-gpuforge.sh); they always exit 0, because a
+    # failing prolog drains the node (slurm.conf(5), Prolog).
+    prolog: str = "/usr/local/sbin/gpuforge-slurm-prolog"
+    epilog: str = "/usr/local/sbin/gpuforge-slurm-epilog"
 
     def __post_init__(self) -> None:
         slurm_values.HOST_NAME.check(self.controller_host, field="SlurmSite.controller_host")
@@ -96,6 +101,8 @@ class SlurmSite:
             "run_dir",
             "gpu_device_prefix",
             "health_check_program",
+            "prolog",
+            "epilog",
         ):
             slurm_values.PATH.check(getattr(self, path_field), field=f"SlurmSite.{path_field}")
         # slurmd 26.05.5 refuses to start with "HealthCheckTimeout (60) must be less than
@@ -235,9 +242,16 @@ def _slurm_conf(cluster: SlurmCluster) -> str:
         ("HealthCheckProgram", site.health_check_program),
         ("HealthCheckInterval", site.health_check_interval_s),
         ("HealthCheckNodeState", "ANY"),
+        # Absolute paths: slurmd runs the node's own copies (configless mode pushes only scripts
+        # named without a path, slurm.conf(5) SlurmctldParameters=enable_configless).
+        ("Prolog", site.prolog),
+        ("Epilog", site.epilog),
     ]
     if cluster.topology is not None:
         settings.append(("TopologyPlugin", "topology/tree"))
+    if versions.has("openmetrics", cluster.version):
+        # slurmctld serves /metrics/* on its own port, scraped by the controller's Prometheus.
+        settings.append(("MetricsType", "metrics/openmetrics"))
     body = _lines(settings)
     body += f"NodeSet={NODESET} Feature={cluster.instance_type.name}\n"
     body += "".join(_partition_line(partition) for partition in cluster.scheduler.effective_partitions)

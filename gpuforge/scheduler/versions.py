@@ -107,3 +107,12 @@ def require(features: tuple[str, ...], version: Version, *, what: str) -> None:
 # topology. The renderer and the matrix rule `slurm.features` both read these.
 RENDERED_FEATURES: tuple[str, ...] = ("cons_tres", "configless", "dynamic_nodes", "auth_slurm")
 TOPOLOGY_FEATURES: tuple[str, ...] = ("topology_tree", "dynamic_node_topology")
+
+
+def has(feature: str, version: Version) -> bool:
+    """Whether `version` knows `feature` (a name in gpuforge/data/slurm.yaml `features`).
+
+    For settings rendered only where the pinned Slurm has them, such as slurmctld's own
+    OpenMetrics (`openmetrics`), which the monitoring layer scrapes when slurm.conf turns them on.
+    """
+    return not missing_features((feature,), version)

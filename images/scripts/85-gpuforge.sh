@@ -37,7 +37,12 @@ for unit in "$GPUFORGE_PAYLOAD"/files/*; do
         name="$(basename "$unit")"
         install -D -m 0644 "$unit" "/etc/systemd/system/slurmd.service.d/${name#slurmd-}"
         ;;
-    *) die "files: $(basename "$unit") is not a systemd unit or slurmd drop-in; this step installs *.service, *.timer and slurmd-*.conf files" ;;
+    */nvidia-dcgm-exporter-*.conf)
+        # A drop-in for dcgm-exporter's unit: nvidia-dcgm-exporter-gpuforge-jobs.conf -> gpuforge-jobs.conf.
+        name="$(basename "$unit")"
+        install -D -m 0644 "$unit" "/etc/systemd/system/nvidia-dcgm-exporter.service.d/${name#nvidia-dcgm-exporter-}"
+        ;;
+    *) die "files: $(basename "$unit") is not a systemd unit or drop-in; this step installs *.service, *.timer, slurmd-*.conf and nvidia-dcgm-exporter-*.conf files" ;;
     esac
 done
 
@@ -55,4 +60,17 @@ fi
 # shellcheck disable=SC2086
 exec /usr/local/bin/gpuforge node check --slurm $GPUFORGE_NODE_CHECK_ARGS
 WRAPPER
+
+# Slurm's Prolog and Epilog (slurm.conf Prolog=/Epilog=, gpuforge/scheduler/render.py SlurmSite): the
+# job mapping files dcgm-exporter labels GPUs from (gpuforge/node/job_mapping.py). They exit 0 whatever
+# happens, because slurmd drains a node whose prolog fails; gpuforge's messages go to the journal,
+# tagged gpuforge-prolog and gpuforge-epilog.
+for step in prolog epilog; do
+    install -D -m 0755 /dev/stdin "/usr/local/sbin/gpuforge-slurm-$step" <<WRAPPER
+#!/bin/sh
+# gpuforge's Slurm ${step^} (slurm.conf: ${step^}=/usr/local/sbin/gpuforge-slurm-$step); always exits 0.
+/usr/local/bin/gpuforge node $step 2>&1 | /usr/bin/logger -t gpuforge-$step
+exit 0
+WRAPPER
+done
 systemctl daemon-reload

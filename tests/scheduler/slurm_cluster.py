@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuforge.scheduler.render import SlurmSite
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_ROOT = REPO / ".cache" / "slurm-root"
 _SERIAL = itertools.count(1)
@@ -34,6 +36,14 @@ TEST_DIR = "/var/lib/gpuforge-test"
 DEVICE_PREFIX = f"{TEST_DIR}/dev/nvidia"
 FAULTY_DIR = f"{TEST_DIR}/faulty"
 HEALTH_CHECK = "/usr/local/sbin/gpuforge-slurm-healthcheck"
+# slurmd's Prolog and Epilog at the paths the rendered slurm.conf names (SlurmSite's defaults):
+# the checkout's `gpuforge node prolog|epilog`, each node writing dcgm-exporter's job mapping
+# files into a folder of its own (the nodes share one root here; on a cluster each has its /run).
+JOB_MAP_DIR = f"{TEST_DIR}/job-map"
+JOB_SCRIPT = f"""#!/bin/sh
+PYTHONPATH={AGENT_DIR} exec python3 -c 'import sys; from gpuforge.cli import main; sys.exit(main())' \\
+    node {{command}} --mapping-dir {JOB_MAP_DIR}/"$SLURMD_NODENAME"
+"""
 
 
 class ClusterError(AssertionError):
@@ -116,7 +126,18 @@ class SlurmTestCluster:
         for folder in ("etc/slurm", "var/spool/slurmctld", "var/spool/slurmd", "var/log/slurm"):
             (self.root / folder).mkdir(parents=True, exist_ok=True)
         (self.root / FAULTY_DIR.lstrip("/")).mkdir(parents=True)
+        self.install_job_scripts()
         self.chroot(["chown", "slurm:slurm", "/var/spool/slurmctld", "/var/log/slurm"])
+
+    def install_job_scripts(self) -> None:
+        """The Prolog and Epilog every rendered slurm.conf names; without them slurmd drains a node
+        at its first job (a prolog that cannot run fails)."""
+        site = SlurmSite(controller_host="unused", controller_addr="10.0.0.1")
+        for command, path in (("prolog", site.prolog), ("epilog", site.epilog)):
+            script = self.root / path.lstrip("/")
+            script.parent.mkdir(parents=True, exist_ok=True)
+            script.write_text(JOB_SCRIPT.format(command=command), encoding="utf-8")
+            script.chmod(0o755)
 
     def make_gpus(self, count: int) -> None:
         """Fake GPU device files: character devices with NVIDIA's major number, 195."""
@@ -419,7 +440,8 @@ def read_by_slurmctld(
             for line in scontrol("show", "partition", "--oneliner").splitlines()
             if (fields := dict(re.findall(r"(\w+)=(\S*)", line)))
         }
-        config = dict(re.findall(r"^(\w+)\s+= (.*)$", scontrol("show", "config"), re.M))
+        # Keys that may repeat are shown with an index: "Prolog[0]", "Epilog[0]" (src/api/config_info.c).
+        config = dict(re.findall(r"^(\w+(?:\[\d+\])?)\s+= (.*)$", scontrol("show", "config"), re.M))
         switches = frozenset()
         if "topology.conf" in files:
             switches = frozenset(re.findall(r"^SwitchName=(\S+)", scontrol("show", "topology"), re.M))

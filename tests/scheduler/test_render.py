@@ -300,3 +300,22 @@ def test_sync_topology_without_aws_exits_1_naming_the_permissions(
     assert main([*argv, "--topology-conf", str(tmp_path / "topology.conf")]) == 1
     assert "ec2:DescribeInstanceTopology" in capsys.readouterr().err
     assert not (tmp_path / "topology.conf").exists()
+
+
+def test_slurm_conf_runs_gpuforge_s_prolog_and_epilog() -> None:
+    """slurmd runs the job mapping commands the image installs (images/scripts/85-gpuforge.sh)."""
+    conf = render_files(_cluster("p5.48xlarge"))["slurm.conf"].splitlines()
+    assert "Prolog=/usr/local/sbin/gpuforge-slurm-prolog" in conf
+    assert "Epilog=/usr/local/sbin/gpuforge-slurm-epilog" in conf
+    with pytest.raises(InputError, match=r"SlurmSite\.prolog"):
+        SlurmSite(controller_host="h", controller_addr="10.0.0.10", prolog="/usr/local/sbin/p\nEpilog=/x")
+
+
+@pytest.mark.parametrize(
+    ("version", "served"), [("25.05.6", False), ("25.11.0", True), ("25.11.7", True), ("26.05.5", True)]
+)
+def test_slurmctld_metrics_are_on_where_the_version_has_them(version: str, served: bool) -> None:
+    """MetricsType=metrics/openmetrics from 25.11.0 (CHANGELOG/slurm-25.11.md, 25.11.0rc1), never before."""
+    conf = render_files(_cluster("p5.48xlarge", version=version))["slurm.conf"].splitlines()
+    assert ("MetricsType=metrics/openmetrics" in conf) is served
+    assert any(line.startswith("MetricsType") for line in conf) is served

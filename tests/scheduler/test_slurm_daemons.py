@@ -31,10 +31,12 @@ from slurm_cluster import (
     DEVICE_PREFIX,
     FAULTY_DIR,
     HEALTH_CHECK,
+    JOB_MAP_DIR,
     REPO,
     ClusterError,
     SlurmTestCluster,
     open_cluster,
+    read_by_slurmctld,
     unavailable_reason,
 )
 
@@ -213,6 +215,40 @@ def test_srun_runs_on_both_nodes_with_the_gpus_it_was_given(
     assert sorted(done.stdout.split("\n")[:-1]) == [f"{_name(test_cluster, n)} 0,1" for n in (1, 2)]
 
 
+def _mapping(test_cluster: SlurmTestCluster, node: str) -> dict[str, str]:
+    """The node's dcgm-exporter job mapping files (JOB_MAP_DIR/<node>) as GPU index -> content."""
+    folder = test_cluster.root / JOB_MAP_DIR.lstrip("/") / node
+    return {path.name: path.read_text() for path in folder.iterdir()} if folder.is_dir() else {}
+
+
+def test_the_prolog_maps_each_job_s_gpus_and_the_epilog_removes_them(
+    cluster: tuple[SlurmTestCluster, SlurmCluster],
+) -> None:
+    """Two jobs share a node, one GPU each: slurmd's Prolog (`gpuforge node prolog`, from
+    SLURM_JOB_GPUS) writes each job's file, and the Epilog removes each job's own, only."""
+    test_cluster, spec = cluster
+    node = _name(test_cluster, 1)
+    first = test_cluster.sbatch(
+        "-N1", "-w", node, "--mem=64", f"--gres=gpu:{spec.gpu_type}:1", "--wrap", "sleep 60"
+    )
+    test_cluster.wait_for("the first job's mapping", lambda: len(_mapping(test_cluster, node)) == 1, 30)
+    second = test_cluster.sbatch(
+        "-N1", "-w", node, "--mem=64", f"--gres=gpu:{spec.gpu_type}:1", "--wrap", "sleep 60"
+    )
+    test_cluster.wait_for("the second job's mapping", lambda: len(_mapping(test_cluster, node)) == 2, 30)
+    assert sorted(_mapping(test_cluster, node).values()) == sorted([f"{first}\n", f"{second}\n"])
+    assert set(_mapping(test_cluster, node)) == {"0", "1"}
+    assert test_cluster.job(first)["JobState"] == test_cluster.job(second)["JobState"] == "RUNNING"
+    test_cluster.client(["scancel", first])
+    test_cluster.wait_for("the first job's epilog", lambda: len(_mapping(test_cluster, node)) == 1, 30)
+    assert list(_mapping(test_cluster, node).values()) == [f"{second}\n"]
+    test_cluster.client(["scancel", second])
+    test_cluster.wait_for("the second job's epilog", lambda: _mapping(test_cluster, node) == {}, 30)
+    test_cluster.wait_for(
+        f"{node} idle", lambda: test_cluster.node(node).get("State") == "IDLE+DYNAMIC_NORM", 30
+    )
+
+
 def test_a_job_wider_than_the_cluster_waits_then_starts_whole(
     cluster: tuple[SlurmTestCluster, SlurmCluster],
 ) -> None:
@@ -307,6 +343,28 @@ def test_a_setting_the_installed_slurm_does_not_know_stops_the_controller(tmp_pa
         with pytest.raises(ClusterError, match="exited while waiting"):
             test_cluster.start_controller(CONTROLLER, ready_timeout=20)
         assert "GpuforgeNoSuchSetting" in test_cluster.daemon_log("ctl")
+
+
+def test_slurmctld_reads_the_prolog_epilog_and_metrics_settings(tmp_path: Path) -> None:
+    """The rendered slurm.conf of the pinned Slurm, read by the real slurmctld: Prolog, Epilog and
+    MetricsType=metrics/openmetrics as gpuforge wrote them, and no error in its log."""
+    with open_cluster(tmp_path, ROOT, REPO / "gpuforge") as test_cluster:
+        address = "10.0.0.10"
+        spec = SlurmCluster(
+            name="gfmetrics",
+            instance_type=hardware.get("p5.48xlarge"),
+            capacity_type="on-demand",
+            max_nodes=2,
+            scheduler=SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge"),
+            slurm_version=test_cluster.chroot(["slurmd", "-V"]).stdout.split()[-1],
+            site=SlurmSite(controller_host=CONTROLLER, controller_addr=address),
+        )
+        test_cluster.write_key()
+        read = read_by_slurmctld(test_cluster, dict(render_files(spec)), host=CONTROLLER, address=address)
+    assert read.accepted and not read.errors, read.log[-3000:]
+    shown = {key: value for key, value in read.config.items() if key.startswith(("Prolog[", "Epilog["))}
+    assert shown == {"Prolog[0]": spec.site.prolog, "Epilog[0]": spec.site.epilog}
+    assert read.config["MetricsType"] == "metrics/openmetrics"
 
 
 def test_a_node_joins_its_leaf_switch_of_the_aws_topology(tmp_path: Path) -> None:

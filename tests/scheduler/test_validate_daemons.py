@@ -141,10 +141,17 @@ def _resume(test_cluster: SlurmTestCluster, slurm: Slurm, nodes: list[str]) -> N
     test_cluster.wait_for(f"{nodes} idle", lambda: set(nodes) <= set(idle_nodes(slurm, "gpu")), 30)
 
 
+def _whole_cluster(test_cluster: SlurmTestCluster, slurm: Slurm) -> tuple[str, ...]:
+    """Every node, once all take jobs again: a node stays COMPLETING until its Epilog (gpuforge's
+    job mapping clean-up, a Python start) is done, so the last test's jobs can still hold some."""
+    names = tuple(_name(test_cluster, number) for number in range(1, NODES + 1))
+    test_cluster.wait_for("every node idle", lambda: idle_nodes(slurm, "gpu") == names, 30)
+    return names
+
+
 def test_a_healthy_cluster_passes_every_step(cluster: tuple[SlurmTestCluster, Slurm, list[str]]) -> None:
     test_cluster, slurm, progress = cluster
-    nodes = idle_nodes(slurm, "gpu")
-    assert nodes == tuple(_name(test_cluster, number) for number in range(1, NODES + 1))
+    nodes = _whole_cluster(test_cluster, slurm)
     progress.clear()
     report = run_acceptance(slurm, _plan(test_cluster, nodes))
     assert report.passed, report.to_json()
@@ -170,7 +177,7 @@ def test_a_slow_node_cannot_hide_in_a_large_run_and_only_it_is_drained(
     cluster: tuple[SlurmTestCluster, Slurm, list[str]],
 ) -> None:
     test_cluster, slurm, progress = cluster
-    nodes = idle_nodes(slurm, "gpu")
+    nodes = _whole_cluster(test_cluster, slurm)
     slow = _name(test_cluster, 3)
     marker = _mark(test_cluster, "slow", slow)
     progress.clear()
@@ -199,7 +206,7 @@ def test_a_node_that_falls_back_to_sockets_is_found_and_drained_naming_the_netwo
     cluster: tuple[SlurmTestCluster, Slurm, list[str]],
 ) -> None:
     test_cluster, slurm, _ = cluster
-    nodes = idle_nodes(slurm, "gpu")
+    nodes = _whole_cluster(test_cluster, slurm)
     socket = _name(test_cluster, 2)
     marker = _mark(test_cluster, "socket", socket)
     report = run_acceptance(slurm, _plan(test_cluster, nodes))
@@ -219,7 +226,7 @@ def test_a_whole_cluster_shortfall_with_every_pair_good_drains_no_node(
     cluster: tuple[SlurmTestCluster, Slurm, list[str]],
 ) -> None:
     test_cluster, slurm, _ = cluster
-    nodes = idle_nodes(slurm, "gpu")
+    nodes = _whole_cluster(test_cluster, slurm)
     marker = _mark(test_cluster, "collapse")
     report = run_acceptance(slurm, _plan(test_cluster, nodes))
     fabric = report.nccl[-1]
