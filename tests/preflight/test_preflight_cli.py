@@ -115,14 +115,15 @@ def test_command_reaches_aws_through_aws_endpoint_url(
     assert statuses["ami"] == "fail"  # the empty catalog has no image for the matrix
 
 
+@pytest.mark.parametrize("command", ["preflight", "plan"])
 @pytest.mark.parametrize("key", ["start", "end"])
 @pytest.mark.parametrize("bare", [1767225600, "1767225600", 1767225600000, 1.7672256e9])
 def test_a_bare_number_as_a_capacity_block_time_is_refused_as_ambiguous(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, bare: object
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, bare: object, command: str
 ) -> None:
     """Pydantic alone would take 1767225600 as Unix seconds, UTC; a person may have meant another unit."""
     config = stack_config(**{"gpuforge:capacity": block_capacity(**{key: bare}), "gpuforge:nodeMode": "asg"})
-    code = main(["preflight", str(write_stack(tmp_path / "stack", config)), "--stack", "test"])
+    code = main([command, str(write_stack(tmp_path / "stack", config)), "--stack", "test"])
     err = capsys.readouterr().err
     assert code == 2, err
     assert f"gpuforge:capacity.{key} = " in err
