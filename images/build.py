@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from gpuforge.display import cut
+from gpuforge.display import cut, printable
 from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.images import ec2, packer, sbom
 from gpuforge.images.catalog import CatalogEntry, load_catalog, now_utc, record_build, utc_timestamp
@@ -216,11 +216,14 @@ def build_image(
         entries = [recorded.lookup(*entry.key) or entry for entry in entries]
     where = ", ".join(entry.region for entry in entries)
     if built:
-        report(f"built {image.ami_id} ({image.name}) in {where}; recorded in {request.catalog}")
+        # The AMI's name is AWS's answer, and the catalog path the user's: escaped for the terminal.
+        report(printable(f"built {image.ami_id} ({image.name}) in {where}; recorded in {request.catalog}"))
     else:
         report(
-            f"{image.ami_id} in {aws.region} is already built from {matrix.name} {matrix.version} "
-            f"(digest {digest[:12]}); recorded {where}, nothing built. Use --force to rebuild."
+            printable(
+                f"{image.ami_id} in {aws.region} is already built from {matrix.name} {matrix.version} "
+                f"(digest {digest[:12]}); recorded {where}, nothing built. Use --force to rebuild."
+            )
         )
     return BuildResult(entries[0], built=built, copies=tuple(entries[1:]))
 
