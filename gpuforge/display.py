@@ -34,14 +34,15 @@ def printable_lines(text: str) -> str:
 
 
 def cut(value: object, limit: int = DEFAULT_LIMIT) -> str:
-    """`value` for an error message: printable, at most `limit` characters, saying how long it was.
+    """`value` for an error message: ASCII-escaped, at most `limit` characters, saying how long it was.
 
-    `repr` for text (quotes show where it starts and ends, a trailing space included), `str`
-    for anything else; a longer value keeps its first `limit` characters and its length.
+    `ascii` rather than `printable`: a value is quoted because it was refused, and the reason is
+    often a character that looks like another (a Unicode digit, a Cyrillic letter, a no-break space),
+    so every non-ASCII character is shown by its code. Quotes show where a string starts and ends, a
+    trailing space included; a longer value keeps its first `limit` characters and its length.
     """
-    text = repr(value) if isinstance(value, str) else str(value)
-    shown = printable(text)
-    if len(shown) <= limit:
-        return shown
+    text = ascii(value)
+    if len(text) <= limit:
+        return text
     length = len(value) if isinstance(value, str | bytes) else len(text)
-    return f"{shown[:limit]}... ({length} characters)"
+    return f"{text[:limit]}... ({length} characters)"

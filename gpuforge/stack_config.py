@@ -81,8 +81,10 @@ from gpuforge.components.specs import (
     NodeMode,
     SchedulerSpec,
 )
+from gpuforge.display import cut
 from gpuforge.errors import InputError
 from gpuforge.loading import load_yaml
+from gpuforge.regions import region_problem
 from gpuforge.scheduler import slurm_values
 from gpuforge.subnet_limits import MAX_NODE_COUNT
 
@@ -107,8 +109,6 @@ KNOWN_KEYS: tuple[str, ...] = tuple(f"{NAMESPACE}:{key}" for key in _KEY_KINDS)
 DOC = "the gpuforge:* keys are listed in gpuforge/stack_config.py and the README ('Stacks')"
 
 _T = TypeVar("_T")
-# How much of a value an error message shows: enough to recognise it, never a flood.
-_SHOWN_CHARS = 80
 
 
 class _Strict(BaseModel):
@@ -216,14 +216,6 @@ class StackConfig(BaseModel):
     engine_values: dict[str, str]  # every config key as the engine hands it to the program
 
 
-def _shown(value: object) -> str:
-    """A value for an error message: escaped (a newline or escape cannot reach the terminal) and cut short."""
-    if isinstance(value, str):
-        return slurm_values.shown(value, limit=_SHOWN_CHARS)
-    text = ascii(value)  # a mapping or list: its strings escaped as in repr, non-ASCII as codes
-    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}... ({len(text)} characters)"
-
-
 def _read_yaml(path: Path, what: str, fix: str) -> Any:
     """A stack's YAML file through gpuforge.loading; timestamps stay text, as the Pulumi CLI hands them."""
     return load_yaml(path, what=what, fix=fix, timestamps_as_text=True)
@@ -240,7 +232,7 @@ def read_project_name(stack_dir: Path) -> str:
     name = data.get("name") if isinstance(data, dict) else None
     if not isinstance(name, str) or not name:
         raise InputError(
-            f"{path}: name = {_shown(name)}: a Pulumi project needs a non-empty string name. "
+            f"{path}: name = {cut(name)}: a Pulumi project needs a non-empty string name. "
             "Fix: add `name: <project>` to Pulumi.yaml."
         )
     return name
@@ -257,7 +249,7 @@ def engine_config(path: Path, config: Mapping[str, Any]) -> dict[str, str]:
     for key, value in config.items():
         if not isinstance(key, str):
             raise InputError(
-                f"{path}: config key {_shown(key)} is not a string. Fix: write keys as namespace:name."
+                f"{path}: config key {cut(key)} is not a string. Fix: write keys as namespace:name."
             )
         if isinstance(value, dict) and set(value) == {"secure"}:
             if key.startswith(f"{NAMESPACE}:"):
@@ -296,7 +288,7 @@ def load_stack_config(stack_dir: Path, stack: str) -> StackConfig:
     config = data.get("config")
     if not isinstance(config, dict):
         raise InputError(
-            f"{path}: config = {_shown(config)}: a stack file needs a `config:` mapping of namespace:key to value. "
+            f"{path}: config = {cut(config)}: a stack file needs a `config:` mapping of namespace:key to value. "
             f"Fix: add the settings under `config:` ({DOC})."
         )
     return parse_engine_values(
@@ -335,7 +327,7 @@ def _decode(source: str, key: str, raw: str) -> Any:
     except json.JSONDecodeError:
         expected = "a whole number" if short == "nodeCount" else "a mapping of keys to values"
         raise InputError(
-            f"{source}: {key} = {_shown(raw)}: expected {expected}. Fix: give {key} {expected} ({DOC})."
+            f"{source}: {key} = {cut(raw)}: expected {expected}. Fix: give {key} {expected} ({DOC})."
         ) from None
 
 
@@ -344,17 +336,17 @@ def _check_namespaces(source: str, project: str, values: Mapping[str, str]) -> N
         namespace, sep, name = key.partition(":")
         if not sep:
             raise InputError(
-                f"{source}: key {_shown(key)} has no namespace, so Pulumi reads it as {project}:{key}, "
+                f"{source}: key {cut(key)} has no namespace, so Pulumi reads it as {project}:{key}, "
                 f"which this program never reads. Fix: write it as {NAMESPACE}:{key} ({DOC})."
             )
         if namespace == project:
             raise InputError(
-                f"{source}: key {_shown(key)} is in the project's namespace, which this program never reads. "
+                f"{source}: key {cut(key)} is in the project's namespace, which this program never reads. "
                 f"Fix: write it as {NAMESPACE}:{name} ({DOC})."
             )
         if namespace == NAMESPACE and key not in KNOWN_KEYS:
             raise InputError(
-                f"{source}: unknown key {_shown(key)} (value {_shown(values[key])}). Fix: remove it or correct its "
+                f"{source}: unknown key {cut(key)} (value {cut(values[key])}). Fix: remove it or correct its "
                 f"spelling; gpuforge reads {', '.join(KNOWN_KEYS)} and {REGION_KEY}."
             )
 
@@ -368,12 +360,12 @@ def _pydantic_error(source: str, error: ValidationError, decoded: Mapping[str, A
         if detail["type"] == "missing":
             lines.append(f"  {field}: required key is missing")
         elif detail["type"] == "extra_forbidden":
-            lines.append(f"  {field}: unknown key (value {_shown(detail.get('input'))})")
+            lines.append(f"  {field}: unknown key (value {cut(detail.get('input'))})")
         else:
             found = detail.get("input")
             if isinstance(found, Mapping) and loc and loc[0] in decoded:
                 found = decoded[loc[0]]
-            lines.append(f"  {field} = {_shown(found)}: {detail['msg']}")
+            lines.append(f"  {field} = {cut(found)}: {detail['msg']}")
     return InputError(
         f"{source}: invalid gpuforge config:\n" + "\n".join(lines) + f"\nFix: correct the keys above; {DOC}."
     )
@@ -395,7 +387,7 @@ def _resolve(source: str, key: str, stack_dir: Path, value: str) -> Path:
         problem = f"has a name longer than a file name may be ({_NAME_MAX} bytes)"
     if problem is not None:
         raise InputError(
-            f"{source}: {NAMESPACE}:{key} = {_shown(value)} {problem}. "
+            f"{source}: {NAMESPACE}:{key} = {cut(value)} {problem}. "
             f"Fix: give the path of a file, relative to the stack directory {stack_dir} or absolute."
         )
     path = Path(value).expanduser()
@@ -460,7 +452,7 @@ def _check_stack_name(source: str, stack: str) -> None:
     problem = slurm_values.CLUSTER_NAME.problem(stack)
     if problem is not None:
         raise InputError(
-            f"{source}: stack name {slurm_values.shown(stack)}: the cluster is named after its stack, and "
+            f"{source}: stack name {cut(stack)}: the cluster is named after its stack, and "
             f"{problem}. Fix: use a stack whose name keeps to that rule (`pulumi stack init NAME`, "
             f"or `pulumi stack rename NAME`). (source: {slurm_values.CLUSTER_NAME.source})"
         )
@@ -474,9 +466,12 @@ def parse_engine_values(
     region = values.get(REGION_KEY)
     if region is None or not slurm_values.REGION.ok(region):
         raise InputError(
-            f"{source}: {REGION_KEY} = {slurm_values.shown(region)}: every stack needs an AWS region name "
+            f"{source}: {REGION_KEY} = {cut(region)}: every stack needs an AWS region name "
             f"({slurm_values.REGION.rule}). Fix: set {REGION_KEY}, e.g. `{REGION_KEY}: us-east-1`."
         )
+    problem = region_problem(region)
+    if problem is not None:
+        raise InputError(f"{source}: {REGION_KEY} = {problem}.")
     _check_stack_name(source, stack)
     decoded = {
         key.split(":", 1)[1]: _decode(source, key, raw)
@@ -490,7 +485,7 @@ def parse_engine_values(
     matrix_path = _resolve(source, "matrix", stack_dir, keys.matrix)
     if not matrix_path.is_file():
         raise InputError(
-            f"{source}: {NAMESPACE}:matrix = {_shown(keys.matrix)}: no matrix file at {matrix_path}. "
+            f"{source}: {NAMESPACE}:matrix = {cut(keys.matrix)}: no matrix file at {matrix_path}. "
             "Fix: give the path of a matrix under images/matrices/, relative to the stack directory "
             f"{stack_dir} (e.g. ../../images/matrices/p5-h100-cuda12.yaml) or absolute."
         )

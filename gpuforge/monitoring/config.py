@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from gpuforge.display import cut
 from gpuforge.errors import InputError
 from gpuforge.loading import load_yaml
 from gpuforge.scheduler import slurm_values
@@ -60,7 +61,6 @@ _WORKSPACE_ARN = re.compile(_ARN.format(service="aps") + r"workspace/ws-[A-Za-z0
 _TOPIC_ARN = re.compile(_ARN.format(service="sns") + r"[A-Za-z0-9_-]{1,256}(?:\.fifo)?", re.ASCII)
 # An address SNS can send to: one @, no spaces or control characters (SNS confirms the rest by mail).
 _EMAIL = re.compile(r"[^@\s]{1,64}@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+", re.ASCII)
-_SHOWN = 80
 
 
 class _Strict(BaseModel):
@@ -109,13 +109,8 @@ class MonitoringConfig(BaseModel):
         return self.alerts.sns
 
 
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= _SHOWN else text[:_SHOWN] + "...'"
-
-
 def _error(source: str, field: str, value: object, problem: str, fix: str) -> InputError:
-    return InputError(f"{source}: {KEY}.{field} = {_shown(value)}: {problem}. Fix: {fix} ({DOC}).")
+    return InputError(f"{source}: {KEY}.{field} = {cut(value)}: {problem}. Fix: {fix} ({DOC}).")
 
 
 def _partition(region: str) -> str:
@@ -165,9 +160,9 @@ def _pydantic_error(source: str, error: ValidationError) -> InputError:
         if detail["type"] == "missing":
             lines.append(f"  {field}: required key is missing")
         elif detail["type"] == "extra_forbidden":
-            lines.append(f"  {field}: unknown key (value {_shown(detail.get('input'))})")
+            lines.append(f"  {field}: unknown key (value {cut(detail.get('input'))})")
         else:
-            lines.append(f"  {field} = {_shown(detail.get('input'))}: {detail['msg']}")
+            lines.append(f"  {field} = {cut(detail.get('input'))}: {detail['msg']}")
     unique = list(dict.fromkeys(lines))
     return InputError(
         f"{source}: invalid {KEY}:\n" + "\n".join(unique) + f"\nFix: correct the keys above; {DOC}."
@@ -185,7 +180,7 @@ def parse_monitoring(raw: str | None, config: StackConfig) -> MonitoringConfig:
             decoded = raw
         if not isinstance(decoded, dict):
             raise InputError(
-                f"{source}: {KEY} = {_shown(decoded)}: expected a mapping of keys to values. "
+                f"{source}: {KEY} = {cut(decoded)}: expected a mapping of keys to values. "
                 f"Fix: write the block as a mapping, e.g. `{KEY}: {{retentionDays: 15}}` ({DOC})."
             )
     try:

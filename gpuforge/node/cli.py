@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from gpuforge import hardware
+from gpuforge.display import cut
 from gpuforge.errors import InputError
 from gpuforge.node import efa_metrics, job_mapping, slurm
 from gpuforge.node.asg import report_unhealthy
@@ -37,9 +38,7 @@ def _slurm_node_name(value: str) -> str:
     """--node-name, checked whole before anything runs (`ALL` would drain every node): exit 2 otherwise."""
     problem = slurm_values.NODE_NAME.problem(value)
     if problem is not None:
-        raise argparse.ArgumentTypeError(
-            f"{slurm_values.shown(value)}: {problem}. Fix: {slurm_values.NODE_NAME.fix}"
-        )
+        raise argparse.ArgumentTypeError(f"{cut(value)}: {problem}. Fix: {slurm_values.NODE_NAME.fix}")
     return value
 
 

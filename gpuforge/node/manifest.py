@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuforge.display import cut
 from gpuforge.errors import InputError
 from gpuforge.loading import load_json
 
@@ -54,8 +55,6 @@ WORD_FIX = (
     "Fix: remove the stray characters (a trailing newline is the usual one, from a value written with "
     "`echo`), or rebuild the image with the image pipeline, which writes each value as one word."
 )
-# How much of a refused value an error shows.
-SHOWN_CHARS = 80
 
 
 @dataclass(frozen=True)
@@ -88,14 +87,8 @@ class Manifest:
         return self.components.get("nvlsm")
 
 
-def _shown(value: object) -> str:
-    """`value` escaped (control characters and non-ASCII as Python escapes) and cut short."""
-    text = ascii(value)
-    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters escaped)"
-
-
 def _error(path: Path, field: str, rule: str, found: object, fix: str = FIX) -> InputError:
-    return InputError(f"{path}: field {field!r}: {rule}; found {_shown(found)}. {fix}")
+    return InputError(f"{path}: field {field!r}: {rule}; found {cut(found)}. {fix}")
 
 
 def _word(path: Path, value: object, field: str) -> str:

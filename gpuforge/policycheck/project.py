@@ -21,7 +21,6 @@ if the program asks for it.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any
 from gpuforge.errors import InputError
 from gpuforge.loading import load_yaml
 from gpuforge.pulumi_mocks import DEFAULT_REGION
+from gpuforge.regions import region_problem
 from gpuforge.stack_config import REGION_KEY, engine_config
 
 PROJECT_FILES = ("Pulumi.yaml", "Pulumi.yml")
@@ -125,33 +125,12 @@ def load_project(
     return project
 
 
-@functools.cache
-def aws_regions() -> frozenset[str]:
-    """Every region of every AWS partition that botocore's endpoint data lists for EC2."""
-    import botocore.session
-
-    session = botocore.session.get_session()
-    return frozenset(
-        region
-        for partition in session.get_available_partitions()
-        for region in session.get_available_regions("ec2", partition_name=partition)
-    )
-
-
 def _check_region(project: ProgramProject) -> None:
     """`aws:region` must be a region AWS has: the mocks would answer for any name, AWS for none."""
     region = project.config.get(REGION_KEY)
-    if region is None or region in aws_regions():
-        return
-    import botocore
-
-    shown = region if len(region) <= 40 else f"{region[:40]}..."
-    raise InputError(
-        f"{project.config_source}: {REGION_KEY} = {shown!r} is not a region AWS has (botocore "
-        f"{botocore.__version__}'s endpoint data lists {', '.join(sorted(aws_regions()))}). Fix: set "
-        f"{REGION_KEY} to the region the stack deploys to, e.g. us-east-1; for a region AWS opened since, "
-        "upgrade botocore."
-    )
+    problem = None if region is None else region_problem(region)
+    if problem is not None:
+        raise InputError(f"{project.config_source}: {REGION_KEY} = {problem}.")
 
 
 def _project_file(directory: Path) -> tuple[Path, dict[str, Any]]:

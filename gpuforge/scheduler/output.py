@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gpuforge.atomic import write_text_atomic
+from gpuforge.display import cut
 from gpuforge.errors import InputError
-from gpuforge.scheduler import slurm_values
 from gpuforge.scheduler.render import REGISTRATION_FILE
 
 RENDERED_NAMES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", REGISTRATION_FILE)
@@ -83,7 +83,7 @@ def check_out(out: Path, cluster: str) -> list[Path]:
         ) from None
     foreign = [entry for entry in entries if not _rendered_for(entry, cluster)]
     if foreign:
-        shown = ", ".join(slurm_values.shown(entry.name) for entry in foreign[:_LISTED])
+        shown = ", ".join(cut(entry.name) for entry in foreign[:_LISTED])
         more = f" and {len(foreign) - _LISTED} more" if len(foreign) > _LISTED else ""
         raise InputError(
             f"--out {out}: the folder holds {len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} that gpuforge "

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Literal
 from packaging.version import Version
 
 from gpuforge import hardware
+from gpuforge.display import cut
 from gpuforge.errors import InputError
 from gpuforge.scheduler import slurm_values, versions
 from gpuforge.scheduler.topology import NetworkTopology
@@ -139,7 +140,7 @@ class SlurmCluster:
         slurm_values.SLURM_VERSION.check(self.slurm_version, field="SlurmCluster.slurm_version")
         if isinstance(self.max_nodes, bool) or not isinstance(self.max_nodes, int) or self.max_nodes < 1:
             raise InputError(
-                f"SlurmCluster.max_nodes = {slurm_values.shown(self.max_nodes)}: MaxNodeCount is a whole number "
+                f"SlurmCluster.max_nodes = {cut(self.max_nodes)}: MaxNodeCount is a whole number "
                 "of 1 or more. Fix: give the node group's largest size."
             )
         slurm_values.GRES_TYPE.check(

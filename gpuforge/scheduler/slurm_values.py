@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
+from gpuforge.display import cut
 from gpuforge.errors import InputError
 
 SLURM_CONF_DOC = "https://slurm.schedmd.com/slurm.conf.html"
@@ -38,17 +39,6 @@ EC2_IDS_DOC = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/resource-ids.
 # feature, their names are not known in advance). scontrol reads a nodeset's name as all
 # of its nodes, so no node may be called by it. Source: https://slurm.schedmd.com/dynamic_nodes.html
 NODESET = "gpunodes"
-# How much of a refused value an error message shows.
-SHOWN_CHARS = 60
-
-
-def shown(value: object, limit: int = SHOWN_CHARS) -> str:
-    """`value` for an error message: Python-escaped (newlines, escapes, non-ASCII as codes), cut short."""
-    if not isinstance(value, str):
-        return f"{type(value).__name__} {ascii(value)[:limit]}"
-    if len(value) <= limit:
-        return ascii(value)
-    return f"{value[:limit]!a}... ({len(value)} characters)"
 
 
 @dataclass(frozen=True)
@@ -87,7 +77,7 @@ class Rule:
             assert isinstance(value, str)
             return value
         raise InputError(
-            f"{field} = {shown(value)}: {problem}. Fix: {fix or self.fix}. (source: {self.source})"
+            f"{field} = {cut(value)}: {problem}. Fix: {fix or self.fix}. (source: {self.source})"
         )
 
 
@@ -301,7 +291,7 @@ def check_address(value: object, *, field: str) -> str:
         text = None
     if text is None or text != value:
         raise InputError(
-            f"{field} = {shown(value)}: not an IPv4 address in dotted form. Fix: give an address such as "
+            f"{field} = {cut(value)}: not an IPv4 address in dotted form. Fix: give an address such as "
             "10.0.0.10. (source: https://docs.python.org/3/library/ipaddress.html)"
         )
     return text
@@ -311,7 +301,7 @@ def check_port(value: object, *, field: str) -> int:
     """A TCP port, 1-65535 (a bool is not a port), else an InputError."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise InputError(
-            f"{field} = {shown(value)}: a TCP port is a whole number from 1 to 65535. Fix: give such a port "
+            f"{field} = {cut(value)}: a TCP port is a whole number from 1 to 65535. Fix: give such a port "
             "(Slurm's defaults are 6817 for slurmctld, 6818 for slurmd)."
         )
     return value

@@ -11,8 +11,8 @@ from gpuforge import hardware
 from gpuforge.components.cluster_rules import private_subnet_block
 from gpuforge.components.slurm_controller import controller_address, slurm_cluster
 from gpuforge.components.specs import NetworkSpec
+from gpuforge.display import cut
 from gpuforge.errors import InputError
-from gpuforge.scheduler import slurm_values
 from gpuforge.scheduler.render import SlurmCluster
 from gpuforge.scheduler.topology import NetworkTopology
 from gpuforge.stack_config import NAMESPACE, StackConfig, display_path
@@ -30,7 +30,7 @@ def stack_cluster(
         )
     if slurm_version is not None and slurm_version != config.slurm_version:
         raise InputError(
-            f"--slurm-version {slurm_values.shown(slurm_version)}: the stack's matrix {display_path(config.matrix_path)} pins Slurm "
+            f"--slurm-version {cut(slurm_version)}: the stack's matrix {display_path(config.matrix_path)} pins Slurm "
             f"{config.slurm_version}, and its image has that Slurm only. Fix: render for {config.slurm_version}, "
             "or pin the version you want in the matrix (slurm.version, .sha256, .url), check it and rebuild the image."
         )

@@ -29,6 +29,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from gpuforge import hardware
+from gpuforge.display import cut
 from gpuforge.errors import InputError
 from gpuforge.scheduler import slurm_values
 
@@ -162,7 +163,7 @@ def _layers(entry: Mapping[str, Any], label: str, where: str) -> int:
     instance_type = hardware.catalog().get(name)
     if instance_type is None:
         raise InputError(
-            f"{where}: {label} is a {slurm_values.shown(name)}, which is not in gpuforge's hardware catalog "
+            f"{where}: {label} is a {cut(name)}, which is not in gpuforge's hardware catalog "
             f"(gpuforge/data/instance_types.json): a cluster's topology holds its own instance type only. "
             f"Fix: describe the cluster's instances (`aws ec2 describe-instance-topology --instance-ids ...`)."
         )
@@ -179,12 +180,12 @@ def _check_depth(nodes: Sequence[str], layers: int, key: str, label: str, name: 
     if key == "Instances" and len(nodes) != layers:
         raise InputError(
             f"{where}: {label}: {name} instances have {layers} network nodes in DescribeInstanceTopology "
-            f"({TYPES_DOC}); this one has {len(nodes)}: {slurm_values.shown(list(nodes))}. {_FIX}"
+            f"({TYPES_DOC}); this one has {len(nodes)}: {cut(list(nodes))}. {_FIX}"
         )
     if key == "CapacityReservations" and not 1 <= len(nodes) <= layers:
         raise InputError(
             f"{where}: {label}: a Capacity Reservation of {name} shows 1 to {layers} network nodes "
-            f"({HOW_DOC}); this one has {len(nodes)}: {slurm_values.shown(list(nodes))}. {_FIX}"
+            f"({HOW_DOC}); this one has {len(nodes)}: {cut(list(nodes))}. {_FIX}"
         )
 
 
@@ -204,7 +205,7 @@ def _paths(response: Mapping[str, Any], where: str) -> Iterable[tuple[str, Seque
                     f"{where}: {label}: each entry needs {id_key} (a string) and NetworkNodes "
                     f"(a non-empty list of network node ids); found {_printable(repr(entry))}. {_FIX}"
                 )
-            named = f"{label} ({slurm_values.shown(member)})"
+            named = f"{label} ({cut(member)})"
             _check_depth(nodes, _layers(entry, named, where), key, named, entry["InstanceType"], where)
             for depth, node in enumerate(nodes):
                 slurm_values.SWITCH_NAME.check(node, field=f"{where}: {label}.NetworkNodes[{depth}]")
@@ -232,7 +233,7 @@ def from_response(response: object, *, where: str) -> NetworkTopology:
     if response.get("NextToken"):
         raise InputError(
             f"{where}: the response is one page of several: its NextToken "
-            f"({slurm_values.shown(response['NextToken'])}) was not followed, so the instances on later pages "
+            f"({cut(response['NextToken'])}) was not followed, so the instances on later pages "
             "would be missing from the tree. Fix: save the whole answer (the AWS CLI follows NextToken itself "
             "unless --max-items or --no-paginate is given), or let `gpuforge scheduler sync-topology` ask AWS."
         )
@@ -245,7 +246,7 @@ def from_response(response: object, *, where: str) -> NetworkTopology:
             if parent.setdefault(node, above) != above:
                 raise InputError(
                     f"{where}: network node {node} sits under {parent[node]} for one entry and under "
-                    f"{above} for {slurm_values.shown(member)}: a tree has one parent per node. {_FIX}"
+                    f"{above} for {cut(member)}: a tree has one parent per node. {_FIX}"
                 )
             children.setdefault(node, set())
             if above is not None:
@@ -294,7 +295,7 @@ def _every_page(ec2: EC2Client, chunk: list[str]) -> list[Any]:
         if token in seen:
             raise InputError(
                 f"DescribeInstanceTopology for {len(chunk)} instances answered the same NextToken twice "
-                f"({slurm_values.shown(token)}): reading on would loop. Fix: run the sync again; if it "
+                f"({cut(token)}): reading on would loop. Fix: run the sync again; if it "
                 "recurs, report it to AWS Support with the instance ids."
             )
         seen.add(token)

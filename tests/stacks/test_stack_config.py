@@ -195,6 +195,8 @@ def test_engine_reader_and_file_reader_agree(tmp_path: Path) -> None:
             "gpuforge:availabilityZone = 'us-west-2a': the zone is in us-west-2, not in aws:region 'us-east-1'",
         ),
         ({"aws:region": None}, "aws:region = None"),
+        # The right shape, but no region AWS has (botocore's endpoint data): refused where it is read.
+        ({"aws:region": "us-east-9"}, "aws:region = 'us-east-9' is not a region AWS has"),
         ({"gpuforge:instanceType": "p9.48xlarge"}, "gpuforge:instanceType: instance type 'p9.48xlarge'"),
         ({"gpuforge:nodeMode": "instances"}, "gpuforge:nodeMode = 'instances'"),
         (
