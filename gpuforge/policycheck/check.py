@@ -13,7 +13,6 @@ No output is written before the run and the policies have finished.
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuforge.errors import GpuforgeError, InputError
-from gpuforge.images.catalog import DEFAULT_CATALOG, load_catalog
+from gpuforge.images.catalog import DEFAULT_CATALOG, load_catalog, read_catalog
 from gpuforge.plan.run import ProgramRun, stack_program
 from gpuforge.plan.stack_plan import policy_config
 from gpuforge.policies.node_settings import AMI_FIELD
@@ -85,19 +84,20 @@ def check(
         catalog_path = (project.directory / project.config[CATALOG_CONFIG]).resolve()
     else:
         catalog_path = DEFAULT_CATALOG.resolve()
-    if catalog_path != DEFAULT_CATALOG.resolve() and not os.path.lexists(catalog_path):
-        # The catalog reader takes a missing path as an empty catalog (a first build writes it); here
-        # that would turn a mistyped path into "every AMI unpinned" (exit 1) instead of an error.
-        given = "--catalog" if catalog is not None else f"{CATALOG_CONFIG} in {project.config_source}"
-        raise InputError(
-            f"{catalog_path}: no such image catalog (given by {given}). Fix: point it at an existing "
-            "catalog folder or file, such as images/catalog or images/catalog.local."
-        )
+    given = "--catalog" if catalog is not None else f"{CATALOG_CONFIG} in {project.config_source}"
+    # A catalog that was named must exist: the lenient reader takes a missing path as an empty catalog
+    # (a first build writes it), which would turn a mistyped path into "every AMI unpinned" (exit 1).
+    # The default catalog may be absent: nothing is pinned yet, and the policies say so.
+    catalog_data = (
+        load_catalog(catalog_path)
+        if catalog_path == DEFAULT_CATALOG.resolve()
+        else read_catalog(catalog_path, given_by=given)
+    )
     sources = ImageSources(catalog_path, DEFAULT_MATRICES)
     answers = load_answers(mock_answers) if mock_answers is not None else MockAnswers()
     run, lookups = run_isolated(
         project,
-        catalogued=catalogued_amis(load_catalog(catalog_path), sources.matrices()),
+        catalogued=catalogued_amis(catalog_data, sources.matrices()),
         answers=answers,
     )
     config = policy_config(catalog_path)

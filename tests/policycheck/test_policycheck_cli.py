@@ -227,4 +227,4 @@ def test_a_catalog_that_does_not_exist_is_bad_input(
     missing = tmp_path / "catalgo.json"
     code, out, err = _check(capsys, str(RENDER_FARM), "--stack", "pinned", "--catalog", str(missing))
     assert code == 2 and out == ""
-    assert f"{missing}: no such image catalog" in err and "Fix:" in err
+    assert f"{missing}: no such AMI catalog (given by --catalog)" in err and "Fix:" in err
