@@ -6,8 +6,9 @@ is a CPU type), as the controller's topology sync finds them (gpuforge.scheduler
 target gets a `node` label, the instance id, which is the node's Slurm name (`slurmd -N
 <instance id>`, components/user_data.py): what the drain receiver drains.
 
-EFA counters reach Prometheus through node_exporter (:9100): gpuforge's collector is to write
-them as `gpuforge_efa_*` series for node_exporter's textfile collector (not built yet).
+EFA counters reach Prometheus through node_exporter (:9100): gpuforge's collector
+(`gpuforge node efa-metrics`, gpuforge/node/efa_metrics.py) writes them as `gpuforge_efa_*` series
+for node_exporter's textfile collector.
 slurmctld's own metrics are scraped only where the rendered slurm.conf turns them on
 (`MetricsType=metrics/openmetrics`): DESIGN.md checked Slurm 26.05.5 serving them at these
 paths on its own port, and without the setting nothing answers there.
