@@ -103,6 +103,7 @@ _KEY_KINDS: dict[str, Literal["str", "json"]] = {
     "lustre": "json",
     "scheduler": "json",
     "catalog": "str",
+    "monitoring": "json",
 }
 KNOWN_KEYS: tuple[str, ...] = tuple(f"{NAMESPACE}:{key}" for key in _KEY_KINDS)
 
@@ -184,6 +185,8 @@ class _GpuforgeKeys(_Strict):
     lustre: _LustreKeys | None = None
     scheduler: _SchedulerKeys | None = None
     catalog: StrictStr | None = Field(default=None, min_length=1)
+    # Read by gpuforge.monitoring.config, which needs the rest of the stack (its scheduler, its region).
+    monitoring: Any = None
 
 
 class StackConfig(BaseModel):
@@ -529,7 +532,7 @@ def parse_engine_values(
         ),
     )
     slurm_version = _slurm_version(source, matrix_path) if scheduler.type == "slurm" else None
-    return StackConfig(
+    config = StackConfig(
         project=project,
         stack=stack,
         stack_dir=stack_dir,
@@ -549,6 +552,12 @@ def parse_engine_values(
         else None,
         engine_values=dict(values),
     )
+    # The monitoring block is checked with the rest, so plan, render and `pulumi up` refuse the same
+    # block `monitoring render` refuses. Imported here: gpuforge.monitoring.config builds on this module.
+    from gpuforge.monitoring.config import parse_monitoring
+
+    parse_monitoring(values.get(f"{NAMESPACE}:monitoring"), config)
+    return config
 
 
 def _slurm_version(source: str, matrix_path: Path) -> str | None:

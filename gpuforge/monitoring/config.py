@@ -33,15 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from gpuforge.display import cut
 from gpuforge.errors import InputError
-from gpuforge.loading import load_yaml
-from gpuforge.scheduler import slurm_values
 from gpuforge.stack_config import (
     NAMESPACE,
     StackConfig,
-    engine_config,
     load_stack_config,
-    parse_engine_values,
-    read_project_name,
 )
 
 KEY = f"{NAMESPACE}:monitoring"
@@ -235,37 +230,7 @@ def parse_monitoring(raw: str | None, config: StackConfig) -> MonitoringConfig:
     )
 
 
-def _raw_block(stack_dir: Path, stack: str) -> tuple[Path, dict[str, str]] | None:
-    """The stack file and its engine values when it holds a monitoring block; None otherwise
-    (including every file the stack config refuses: load_stack_config then says why)."""
-    if slurm_values.CLUSTER_NAME.problem(stack) is not None:
-        return None
-    path = stack_dir.resolve() / f"Pulumi.{stack}.yaml"
-    if not path.is_file():
-        return None
-    try:
-        data = load_yaml(path, what="stack file", fix="", timestamps_as_text=True)
-    except InputError:
-        return None
-    config = data.get("config") if isinstance(data, dict) else None
-    if not isinstance(config, dict) or KEY not in config:
-        return None
-    return path, engine_config(path, config)
-
-
 def load_stack(stack_dir: Path, stack: str) -> tuple[StackConfig, MonitoringConfig]:
     """The stack's config and its monitoring block; InputError (exit 2) names the file and key."""
-    found = _raw_block(stack_dir, stack)
-    if found is None:
-        config = load_stack_config(stack_dir, stack)
-        return config, parse_monitoring(None, config)
-    path, values = found
-    raw = values.pop(KEY)
-    config = parse_engine_values(
-        values,
-        project=read_project_name(stack_dir.resolve()),
-        stack=stack,
-        stack_dir=stack_dir.resolve(),
-        source=str(path),
-    )
-    return config, parse_monitoring(raw, config)
+    config = load_stack_config(stack_dir, stack)
+    return config, parse_monitoring(config.engine_values.get(KEY), config)

@@ -197,6 +197,9 @@ def test_engine_reader_and_file_reader_agree(tmp_path: Path) -> None:
         ({"aws:region": None}, "aws:region = None"),
         # The right shape, but no region AWS has (botocore's endpoint data): refused where it is read.
         ({"aws:region": "us-east-9"}, "aws:region = 'us-east-9' is not a region AWS has"),
+        # The monitoring block is read with the rest: plan and render refuse what `monitoring render` refuses.
+        ({"gpuforge:monitoring": {"retention": 15}}, "gpuforge:monitoring.retention: unknown key"),
+        ({"gpuforge:monitoring": {"enabled": True}}, "gpuforge:monitoring.enabled = True"),
         ({"gpuforge:instanceType": "p9.48xlarge"}, "gpuforge:instanceType: instance type 'p9.48xlarge'"),
         ({"gpuforge:nodeMode": "instances"}, "gpuforge:nodeMode = 'instances'"),
         (
@@ -363,3 +366,9 @@ def test_errors_cut_a_hostile_value_short_and_escape_it(tmp_path: Path, config: 
     assert len(message) < 2_000
     assert "\x1b" not in message
     assert "characters)" in message
+
+
+def test_a_monitoring_block_is_a_key_the_stack_config_reads(tmp_path: Path) -> None:
+    block = {"retentionDays": 30, "drainOnAlert": False}
+    loaded = load_stack_config(_stack(tmp_path, _config(**{"gpuforge:monitoring": block})), "test")
+    assert json.loads(loaded.engine_values["gpuforge:monitoring"]) == block
