@@ -33,7 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preflight": ("gpuforge.preflight.cli", "check an AWS account before `pulumi up`"),
     "node": ("gpuforge.node.cli", "health-check a GPU node (runs on the node)"),
     "scheduler": ("gpuforge.scheduler.cli", "render the Slurm config of a stack"),
-    "monitoring": ("gpuforge.monitoring.cli", "render the Prometheus, Alertmanager and dcgm-exporter config of a stack"),
+    "monitoring": (
+        "gpuforge.monitoring.cli",
+        "render the Prometheus, Alertmanager and dcgm-exporter config of a stack",
+    ),
     "validate": ("gpuforge.validate.cli", "judge NCCL and DCGM acceptance runs against per-type floors"),
 }
 
