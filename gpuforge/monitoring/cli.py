@@ -51,6 +51,21 @@ def register(subparsers: Any) -> None:
         help="folder to write into: new, empty, or holding this cluster's earlier render (replaced)",
     )
     render.set_defaults(handler=_render)
+    receiver = commands.add_parser(
+        "receiver",
+        help="serve the drain receiver for Alertmanager on 127.0.0.1 (the controller's service)",
+        description='Drains, in Slurm, the node of every firing alert labelled drain="true" that Alertmanager '
+        "posts (reason 'gpuforge: alert <name> ...'); never resumes a node, leaves a drained one as it is. "
+        "Listens on 127.0.0.1 only, until stopped. Exit 2 when the port cannot be opened.",
+    )
+    receiver.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="port on 127.0.0.1 (default: alertmanager.yml's, 9098)",
+    )
+    receiver.set_defaults(handler=_receiver)
 
 
 def render_set(stack_dir: Path, stack: str) -> tuple[str, dict[str, str]]:
@@ -157,3 +172,14 @@ def _render(args: argparse.Namespace) -> int:
         write_text_atomic(target, text)
         print(f"wrote {target}")
     return 0
+
+
+def _receiver(args: argparse.Namespace) -> int:
+    from gpuforge.monitoring.receiver import PORT, serve
+
+    port = PORT if args.port is None else args.port
+    if not 0 < port < 65536:
+        raise InputError(
+            f"--port {port}: a TCP port is 1 to 65535. Fix: give the port alertmanager.yml posts to."
+        )
+    return serve(port)

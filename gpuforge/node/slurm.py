@@ -4,9 +4,11 @@ slurmd runs the HealthCheckProgram as root every HealthCheckInterval and kills
 it after 60 s. In this mode the agent runs the periodic checks
 (`checks.PERIODIC_CHECKS`) with every command under one time budget, and then:
 
-1. **Healthy**: exit 0. Slurm is not asked anything, so a healthy cluster puts
-   no load on slurmctld, unless gpuforge drained this node earlier (its state
-   file says so); then it reads the node's state as below.
+1. **Healthy**: exit 0, after one `scontrol show node` (one light RPC per node
+   per HealthCheckInterval): gpuforge's alert receiver on the controller
+   (gpuforge.monitoring.receiver) drains nodes too, and this node's state file
+   cannot know that, so a healthy node reads its state in Slurm and, drained by
+   gpuforge, goes on as below (step 3) like a node its own check drained.
 2. **Not healthy**: drain the node through Slurm,
    `scontrol update NodeName=<node> State=DRAIN Reason="gpuforge: <check> <detail>"`,
    e.g. `gpuforge: xid 79 on GPU 3`. Draining lets the running job finish and
@@ -224,6 +226,37 @@ class DrainRecord:
             )
 
 
+def slurm_command(run: Runner, node: str, argv: tuple[str, ...]) -> CommandResult:
+    """Run one scontrol/squeue call about `node`; a failure is a SlurmError with the fix."""
+    result = run(argv)
+    if not result.ok:
+        raise SlurmError(
+            f"could not ask Slurm about node {node}: {result.failure()}. Fix: install slurm-client "
+            "and point it at the controller (slurm.conf or SLURM_CONF, or configless slurmd), check that "
+            f"slurmctld answers (`scontrol ping`), and that {node} is the node's Slurm name "
+            "(--node-name NAME or SLURMD_NODENAME)."
+        )
+    return result
+
+
+def drain_unless_drained(run: Runner, node: str, reason: str) -> SlurmNode | None:
+    """Drain `node` with `reason` (it starts REASON_PREFIX) unless Slurm shows it drained already.
+
+    The drain of the node agent, `gpuforge validate` and the alert receiver: a node drained
+    by anyone (gpuforge or an administrator) keeps its drain and its reason, and nothing here
+    ever resumes a node. Returns None when this call drained the node, else the node as
+    Slurm showed it (left alone). Slurm failing is a SlurmError.
+    """
+    if not reason.startswith(REASON_PREFIX):
+        raise ValueError(f"a gpuforge drain reason starts {REASON_PREFIX!r}: {reason!r}")
+    argv = drain_argv(node, reason)  # checks the name before Slurm is asked anything
+    shown = parse_node(slurm_command(run, node, show_node_argv(node)).stdout)
+    if shown.drain:
+        return shown
+    slurm_command(run, node, argv)
+    return None
+
+
 def _say(message: str) -> None:
     print(f"gpuforge: slurm: {message}", file=sys.stderr)
 
@@ -243,24 +276,16 @@ class SlurmAgent:
         slurm_values.NODE_NAME.check(self.node, field=NODE_NAME_FIELD)
 
     def _scontrol(self, argv: tuple[str, ...]) -> CommandResult:
-        result = self.run(argv)
-        if not result.ok:
-            raise SlurmError(
-                f"could not ask Slurm about node {self.node}: {result.failure()}. Fix: install slurm-client "
-                "and point it at the controller (slurm.conf or SLURM_CONF, or configless slurmd), check that "
-                f"slurmctld answers (`scontrol ping`), and that {self.node} is the node's Slurm name "
-                "(--node-name NAME or SLURMD_NODENAME)."
-            )
-        return result
+        return slurm_command(self.run, self.node, argv)
 
     def show(self) -> SlurmNode:
         return parse_node(self._scontrol(show_node_argv(self.node)).stdout)
 
     def act(self, report: NodeReport, ctx: NodeContext) -> None:
         record = DrainRecord.load(self.state_file)
-        if report.healthy and record is None:
+        slurm = self.show()  # healthy too: an alert may have drained this node (module docstring, 1)
+        if report.healthy and record is None and not slurm.drained_by_gpuforge:
             return
-        slurm = self.show()
         if slurm.drain and not slurm.drained_by_gpuforge:
             self._forget()
             _say(

@@ -232,14 +232,42 @@ def test_several_failures_name_the_first_and_count_the_rest(root: Path) -> None:
     assert drain_reason(report, ctx) == "gpuforge: xid 79,154 on 0000:A8:00 (+1 more)"
 
 
-def test_healthy_node_exits_0_and_never_calls_scontrol(
+def test_healthy_node_exits_0_after_reading_its_state_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     log = tmp_path / "slurm.log"
     code = run_slurm(p5_healthy(), tmp_path, monkeypatch, log, "show-node-idle.txt")
     assert code == 0
-    assert not log.exists()
+    # One read (an alert may have drained the node), never a drain, squeue or report.
+    (call,) = log.read_text(encoding="utf-8").splitlines()
+    assert call.startswith("show\tnode\t") and call.endswith("\t--oneliner\t")
     assert capsys.readouterr().out.rstrip().endswith("healthy")
+
+
+def test_a_healthy_node_that_an_alert_drained_is_reported_once_idle(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The alert receiver drained it on the controller: this node's state file knows nothing.
+    report, _, ctx = periodic(p5_healthy(), root)
+    assert report.healthy
+    reports = Reports()
+    state = tmp_path / "state.json"
+    drainer, replay = slurm_agent("show-node-drained-gpuforge.txt", state, reports)
+    drainer.act(report, ctx)
+    assert replay.calls == [show_node_argv(NODE), jobs_argv(NODE)]  # read, never drained over or resumed
+    assert reports.count == 1
+    assert DrainRecord.load(state) == DrainRecord(NODE, "gpuforge: xid 79 on GPU 3", reported=True)
+    drainer.act(report, ctx)
+    assert reports.count == 1
+    assert "stays drained" in capsys.readouterr().err
+
+
+def test_a_healthy_node_an_alert_is_draining_waits_for_its_job(root: Path, tmp_path: Path) -> None:
+    report, _, ctx = periodic(p5_healthy(), root)
+    reports = Reports()
+    drainer, replay = slurm_agent("show-node-draining-gpuforge.txt", tmp_path / "state.json", reports)
+    drainer.act(report, ctx)
+    assert replay.calls == [show_node_argv(NODE)] and reports.count == 0
 
 
 def test_periodic_mode_runs_the_periodic_set_without_topology_or_efa_retry(root: Path) -> None:
@@ -323,7 +351,8 @@ def test_after_a_resume_the_agent_forgets_its_drain(root: Path, tmp_path: Path) 
     drainer.act(report, ctx)
     assert replay.calls == [show_node_argv(NODE)] and not state.exists()
     drainer.act(report, ctx)
-    assert replay.calls == [show_node_argv(NODE)]  # healthy and nothing to track: Slurm is not asked
+    assert replay.calls == [show_node_argv(NODE)] * 2  # healthy, resumed: read, and nothing done
+    assert not state.exists()
 
 
 # --- end to end: the real parser, subprocesses and scontrol/squeue stubs on PATH ---------------
