@@ -5,7 +5,12 @@ host with the cluster's Slurm client), so Slurm allocates each step's nodes whol
 each step's stdout comes straight back here; no shared folder is needed. The steps:
 
 1. on every node at once, one `srun -w <node>` each: `dcgmi diag -r <level>`, then a
-   single-node `all_reduce_perf` over NVLink on all of the node's GPUs;
+   single-node `all_reduce_perf` over NVLink on all of the node's GPUs. DCGM's profiling
+   (what dcgm-exporter's SM, tensor and DRAM activity fields read) and its diagnostics take
+   one lock, so the diag runs between `dcgmi profile --pause` and `dcgmi profile --resume`
+   on each node (steps of their own, on the same GPUs); the resume runs also when the diag
+   fails or times out, and on Ctrl-C or SIGTERM, after the diag steps are stopped
+   (`diag_with_profiling_paused`);
 2. the fabric, pair by pair: `find_slow_nodes` runs every pair of nodes at once, each an
    `all_reduce_perf` with one task per GPU over a size sweep up to the floor's message size,
    with the EFA environment the type needs, judged against the type's 2-node figure; later
@@ -24,11 +29,15 @@ prints a broken table is a failed verdict naming the step, never a pass.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from types import FrameType
 
 from gpuforge.errors import GpuforgeError
 from gpuforge.hardware import InstanceType
@@ -49,6 +58,12 @@ GPUDIRECT_ENV = {"FI_EFA_USE_DEVICE_RDMA": "1"}
 # the subsystems; "Using network" is INIT, the channel lines INIT|NET, "GPU Direct RDMA ... for HCA" NET).
 DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 SWEEP_START_BYTES = 8
+# `dcgmi profile --pause` / `--resume`: "Pause DCGM profiling in order to run NVIDIA developer
+# tools" and "Resume DCGM profiling that was paused previously with --pause" (NVIDIA/DCGM,
+# dcgmi/CommandLineParser.cpp, ProcessProfileCommandLine, commit 72fa3feaa67d716a75323a8f47c34ff3ee73f824;
+# dcgmi/DcgmiProfile.cpp prints "Successfully paused profiling." or "Error: unable to pause ...").
+PROFILE_PAUSE = ("dcgmi", "profile", "--pause")
+PROFILE_RESUME = ("dcgmi", "profile", "--resume")
 
 
 class ValidateError(GpuforgeError):
@@ -87,18 +102,28 @@ class Slurm:
         ]
         deadline = time.monotonic() + self.step_timeout_s
         results: list[tuple[str, str | None]] = []
-        for done, proc in enumerate(procs, start=1):
-            try:
-                out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                out, err = _stop(proc)
-                results.append((out, f"timed out after {self.step_timeout_s:.0f} s"))
-            else:
-                problem = (
-                    None if proc.returncode == 0 else f"srun exited {proc.returncode}: {err.strip()[-300:]}"
-                )
-                results.append((out, problem))
-            self.progress(f"validate: {what}: {done}/{len(procs)} done")
+        try:
+            for done, proc in enumerate(procs, start=1):
+                try:
+                    out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    out, err = _stop(proc)
+                    results.append((out, f"timed out after {self.step_timeout_s:.0f} s"))
+                else:
+                    problem = (
+                        None
+                        if proc.returncode == 0
+                        else f"srun exited {proc.returncode}: {err.strip()[-300:]}"
+                    )
+                    results.append((out, problem))
+                self.progress(f"validate: {what}: {done}/{len(procs)} done")
+        except BaseException:
+            # Ctrl-C or SIGTERM: one SIGINT only makes srun print its tasks' state, so every
+            # step still running is ended here (srun cancels it on its nodes) before going on.
+            for proc in procs:
+                if proc.poll() is None:
+                    _stop(proc)
+            raise
         return results
 
 
@@ -187,6 +212,10 @@ class Plan:
         gpus = self.instance_type.gpu_count
         return srun_argv([node], 1, gpus, {}, ["dcgmi", "diag", "-r", str(self.diag_level)], self.minutes)
 
+    def profile(self, node: str, command: Sequence[str]) -> list[str]:
+        """`dcgmi profile --pause|--resume` on `node`, on its GPUs: a resume waits until the diag's step is gone."""
+        return srun_argv([node], 1, self.instance_type.gpu_count, {}, list(command), self.minutes)
+
 
 def idle_nodes(slurm: Slurm, partition: str) -> tuple[str, ...]:
     """The partition's nodes that can take a job now (idle or mixed, not drained or down)."""
@@ -199,10 +228,83 @@ def idle_nodes(slurm: Slurm, partition: str) -> tuple[str, ...]:
     )
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt here, so a killed `gpuforge validate` resumes profiling as Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _interrupts_held(slurm: Slurm) -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait while profiling is resumed: a second Ctrl-C must not leave it paused."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        held.append(signum)
+        slurm.progress("validate: resuming DCGM profiling first; stopping after that")
+
+    previous = {number: signal.signal(number, hold) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if held:
+        raise KeyboardInterrupt(f"signal {held[0]}")
+
+
+def diag_with_profiling_paused(slurm: Slurm, plan: Plan) -> list[tuple[str, str | None]]:
+    """`dcgmi diag` on every node, between `dcgmi profile --pause` and `--resume` on each.
+
+    The resume runs however the diag ends: passed, failed, timed out (its srun stopped),
+    or interrupted by Ctrl-C or SIGTERM (every diag srun stopped first; the interrupt goes
+    on after the resume). A pause or resume that fails is said on the progress stream, with
+    the fix for a node left paused; it does not judge the node: the diag does.
+    """
+    nodes = plan.nodes
+    try:
+        with _sigterm_as_interrupt():
+            paused = slurm.steps(
+                [plan.profile(node, PROFILE_PAUSE) for node in nodes], "dcgmi profile --pause"
+            )
+            for node, (_, problem) in zip(nodes, paused, strict=True):
+                if problem:
+                    slurm.progress(
+                        f"validate: warning: could not pause DCGM profiling on {node} ({problem}); its diag "
+                        "may fail on DCGM's profiling lock"
+                    )
+            return slurm.steps([plan.diag(node) for node in nodes], f"dcgmi diag -r {plan.diag_level}")
+    finally:
+        with _interrupts_held(slurm):
+            resumed = slurm.steps(
+                [plan.profile(node, PROFILE_RESUME) for node in nodes], "dcgmi profile --resume"
+            )
+            for node, (_, problem) in zip(nodes, resumed, strict=True):
+                if problem:
+                    slurm.progress(
+                        f"validate: warning: could not resume DCGM profiling on {node} ({problem}); "
+                        f"dcgm-exporter's profiling fields stay empty there. Fix: run `dcgmi profile --resume` on {node}"
+                    )
+
+
 def run_acceptance(slurm: Slurm, plan: Plan) -> Report:
     """The whole acceptance (see the module docstring); the report's verdicts say what fell short."""
     report = Report(floors=plan.floors, nodes=len(plan.nodes))
-    diag = slurm.steps([plan.diag(node) for node in plan.nodes], f"dcgmi diag -r {plan.diag_level}")
+    diag = diag_with_profiling_paused(slurm, plan)
     for node, (text, problem) in zip(plan.nodes, diag, strict=True):
         run = parse_diag(text)
         if problem:
