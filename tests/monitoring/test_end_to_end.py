@@ -1,0 +1,332 @@
+"""End to end: an Xid on a GPU that a running job holds drains its node in real Slurm, the job
+finishes, and the node agent then reports the idle node for replacement.
+
+Real parts: slurmctld and slurmd 26.05.5 (the namespace cluster of tests/scheduler/slurm_cluster.py,
+one node with two fake GPUs, gpuforge's Prolog and Epilog writing dcgm-exporter's job mapping
+files), Prometheus 3.5.3 with gpuforge's rendered alert and recording rules, Alertmanager 0.33.1
+with the rendered alertmanager.yml, gpuforge's drain receiver (in this process, its scontrol
+calls run in the controller's namespace) and the node agent's SlurmAgent.
+
+Adapted, and why: EC2 service discovery cannot run here, so prometheus.yml's dcgm-exporter job
+gets a static target (the stand-in below) with the `node` label that EC2 relabelling would set;
+scrape and rule intervals are 1 s and Alertmanager's group_wait 1 s, so the test takes seconds,
+not minutes; the rules are rendered for this machine's two GPUs; the webhook URL names the test
+receiver's port.
+
+The stand-in dcgm-exporter is this test's HTTP server on 127.0.0.1. Its text follows
+dcgm-exporter's exposition (NVIDIA/dcgm-exporter internal/pkg/rendermetrics/render_metrics.go,
+gpuMetricsFormat, commit d5e5f510a1b6b393f39a43293ccd9dc985defc79: `# HELP`/`# TYPE` per field,
+then labels gpu, UUID, pci_bus_id, device, modelName, hostname and the extra labels such as
+hpc_job) for the fields gpuforge renders (gpuforge.monitoring.fields), served as
+`text/plain; version=0.0.4`. Its VALUES ARE SYNTHETIC: no public capture of dcgm-exporter output
+with an Xid and an `hpc_job` label was found. `hpc_job` is read, as dcgm-exporter reads it, from
+the job mapping file named by the GPU's index that gpuforge's prolog wrote.
+
+Every daemon is started by this test and stopped by its own pid; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+from monitoring_support import SHIPPED_STACKS, tool
+from test_real_daemons import _daemon, _free_port, _get, _wait
+
+from gpuforge.cli import main
+from gpuforge.hardware import InstanceType
+from gpuforge.monitoring.fields import load_fields
+from gpuforge.monitoring.prometheus import DCGM_JOB, NODE_JOB
+from gpuforge.monitoring.receiver import PATH, DrainReceiver, make_server
+from gpuforge.monitoring.rules import ALERTS_FILE, USAGE_FILE, alert_rules, recording_rules
+from gpuforge.node.context import NodeContext
+from gpuforge.node.report import NodeReport
+from gpuforge.node.runner import CommandResult, SubprocessRunner
+from gpuforge.node.slurm import SlurmAgent
+from gpuforge.scheduler.render import node_registration
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests/scheduler"))  # the Slurm cluster helpers: a test folder, not a package
+from slurm_cluster import DEFAULT_ROOT, JOB_MAP_DIR, SlurmTestCluster, open_cluster, unavailable_reason  # noqa: E402
+from test_slurm_daemons import _name, _this_machine, start_small_cluster  # noqa: E402
+
+sys.path.remove(str(REPO / "tests/scheduler"))
+
+ROOT = Path(os.environ.get("GPUFORGE_SLURM_ROOT", DEFAULT_ROOT))
+_SKIP = unavailable_reason(ROOT)
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
+XID_GPU, XID = 1, 79
+JOB_SECONDS = 45
+REASON = f"gpuforge: alert GpuforgeXidNodeBad xid {XID} on GPU {XID_GPU}"
+
+
+class StandInExporter:
+    """dcgm-exporter's /metrics for one node: the rendered fields, synthetic values, hpc_job from the mapping files."""
+
+    def __init__(self, instance: InstanceType, mapping: Path, hostname: str) -> None:
+        self.fields = load_fields().for_type(instance)
+        self.gpus = instance.gpu_count
+        self.mapping = mapping
+        self.hostname = hostname
+        self.xid: dict[int, int] = {}
+
+    def _job(self, gpu: int) -> str | None:
+        try:
+            lines = (self.mapping / str(gpu)).read_text(encoding="utf-8").split()
+        except OSError:
+            return None
+        return lines[0] if lines else None
+
+    def text(self) -> str:
+        out: list[str] = []
+        for field in self.fields:
+            out += [f"# HELP {field.name} {field.help}", f"# TYPE {field.name} {field.prom_type}"]
+            for gpu in range(self.gpus):
+                labels = (
+                    f'gpu="{gpu}",UUID="GPU-00000000-0000-0000-0000-00000000000{gpu}",'
+                    f'pci_bus_id="00000000:{0x10 + gpu:02X}:00.0",device="nvidia{gpu}",'
+                    f'modelName="NVIDIA H100 80GB HBM3",hostname="{self.hostname}"'
+                )
+                job = self._job(gpu)
+                if job is not None:
+                    labels += f',hpc_job="{job}"'
+                value = self.xid.get(gpu, 0) if field.name == "DCGM_FI_DEV_XID_ERRORS" else 0
+                value = 40 if field.name == "DCGM_FI_DEV_GPU_TEMP" else value
+                out.append(f"{field.name}{{{labels}}} {value}")
+        return "\n".join(out) + "\n"
+
+
+def _exporter_server(exporter: StandInExporter) -> HTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = exporter.text().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            """Quiet."""
+
+    return HTTPServer(("127.0.0.1", 0), Handler)
+
+
+@dataclass
+class InController:
+    """The receiver's and the agent's Slurm commands, run in the controller's namespace and root."""
+
+    prefix: tuple[str, ...]
+
+    def __call__(self, argv: Sequence[str]) -> CommandResult:
+        result = SubprocessRunner(timeout_s=12)([*self.prefix, *argv])
+        return CommandResult(
+            tuple(argv),
+            result.returncode,
+            result.stdout,
+            result.stderr,
+            missing=result.missing,
+            timed_out=result.timed_out,
+        )
+
+
+def _configs(
+    rendered: Path, out: Path, *, exporter: int, alertmanager: int, receiver: int, node: str
+) -> None:
+    """The rendered prometheus.yml and alertmanager.yml, adapted as the module docstring says."""
+    prometheus = yaml.safe_load((rendered / "prometheus.yml").read_text(encoding="utf-8"))
+    prometheus["global"] |= {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    prometheus["alerting"]["alertmanagers"][0]["static_configs"] = [
+        {"targets": [f"127.0.0.1:{alertmanager}"]}
+    ]
+    (dcgm,) = [job for job in prometheus["scrape_configs"] if job["job_name"] == DCGM_JOB]
+    prometheus["scrape_configs"] = [
+        {
+            "job_name": DCGM_JOB,
+            "static_configs": [{"targets": [f"127.0.0.1:{exporter}"], "labels": {"node": node}}],
+        }
+    ]
+    assert "ec2_sd_configs" in dcgm  # what was replaced
+    (out / "prometheus.yml").write_text(yaml.safe_dump(prometheus), encoding="utf-8")
+    manager = yaml.safe_load((rendered / "alertmanager.yml").read_text(encoding="utf-8"))
+    manager["route"]["group_wait"] = "1s"
+    (drain,) = [item for item in manager["receivers"] if "webhook_configs" in item]
+    drain["webhook_configs"][0]["url"] = f"http://127.0.0.1:{receiver}{PATH}"
+    (out / "alertmanager.yml").write_text(yaml.safe_dump(manager), encoding="utf-8")
+
+
+def _alertmanager_command(config: Path, data: Path, port: int, tmp: Path) -> list[str]:
+    """Alertmanager in a private mount namespace whose /usr/share holds Debian's template (test_real_daemons)."""
+    templates = tool("prometheus-alertmanager").parents[2] / "usr/share/prometheus/alertmanager"
+    upper, work = tmp / "upper", tmp / "work"
+    shutil.copytree(templates, upper / "prometheus" / "alertmanager")
+    work.mkdir(parents=True)
+    overlay = f"lowerdir=/usr/share,upperdir={upper},workdir={work}"
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        f'mount -t overlay overlay -o {overlay} /usr/share && exec "$@"',
+        "sh",
+        str(tool("prometheus-alertmanager")),
+        f"--config.file={config}",
+        f"--storage.path={data}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+    ]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[SlurmTestCluster, str, InstanceType]]:
+    with open_cluster(tmp_path / "slurm", ROOT, REPO / "gpuforge") as test_cluster:
+        spec = start_small_cluster(test_cluster, "gfalert", max_nodes=1)
+        node = _name(test_cluster, 1)
+        test_cluster.start_node(node, 11, node_registration(spec))
+        test_cluster.wait_for(f"{node} idle", lambda: "IDLE" in test_cluster.node(node).get("State", ""), 30)
+        yield test_cluster, node, _this_machine(test_cluster)
+
+
+def _drained_idle(state: str) -> bool:
+    """IDLE+DRAIN (a dynamic node adds +DYNAMIC_NORM): drained, and no job runs or completes on it."""
+    base, *flags = state.split("+")
+    return base == "IDLE" and "DRAIN" in flags and "COMPLETING" not in flags
+
+
+def _query(base: str, expr: str) -> list[dict[str, Any]]:
+    result = _get(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")["data"]["result"]
+    return cast(list[dict[str, Any]], result)
+
+
+def test_an_xid_under_a_running_job_drains_its_node_and_the_idle_node_is_reported(
+    cluster: tuple[SlurmTestCluster, str, InstanceType], tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the namespace cluster and Alertmanager's template overlay need root")
+    test_cluster, node, instance = cluster
+    prometheus_bin = tool("prometheus")
+    rendered = tmp_path / "rendered"
+    assert (
+        main(["monitoring", "render", str(SHIPPED_STACKS), "--stack", "p5-prod", "--out", str(rendered)]) == 0
+    )
+    work = tmp_path / "work"
+    (work / "rules").mkdir(parents=True)
+    (work / "rules" / ALERTS_FILE).write_text(
+        alert_rules(cluster="e2e", gpu_count=instance.gpu_count, dcgm_job=DCGM_JOB, node_job=NODE_JOB),
+        encoding="utf-8",
+    )
+    (work / "rules" / USAGE_FILE).write_text(recording_rules(cluster="e2e"), encoding="utf-8")
+
+    mapping = test_cluster.root / JOB_MAP_DIR.lstrip("/") / node
+    exporter = StandInExporter(instance, mapping, hostname=node)
+    exporter_server = _exporter_server(exporter)
+    log: list[str] = []
+    prefix = ("nsenter", f"--net=/var/run/netns/{test_cluster.tag}-ctl", "chroot", str(test_cluster.root))
+    receiver_server = make_server(DrainReceiver(InController(prefix), log.append, threading.Lock()), port=0)
+    threads = [
+        threading.Thread(target=server.serve_forever, daemon=True)
+        for server in (exporter_server, receiver_server)
+    ]
+    for thread in threads:
+        thread.start()
+    prometheus_port, alertmanager_port = _free_port(), _free_port()
+    _configs(
+        rendered,
+        work,
+        exporter=exporter_server.server_address[1],
+        alertmanager=alertmanager_port,
+        receiver=receiver_server.server_address[1],
+        node=node,
+    )
+    prometheus_log, alertmanager_log = tmp_path / "prometheus.log", tmp_path / "alertmanager.log"
+    try:
+        with (
+            _daemon(
+                [
+                    str(prometheus_bin),
+                    f"--config.file={work / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{prometheus_port}",
+                ],
+                prometheus_log,
+            ),
+            _daemon(
+                _alertmanager_command(
+                    work / "alertmanager.yml", tmp_path / "am", alertmanager_port, tmp_path / "overlay"
+                ),
+                alertmanager_log,
+            ),
+        ):
+            base = f"http://127.0.0.1:{prometheus_port}"
+            job = test_cluster.sbatch(f"--gres=gpu:{instance.gpu_count}", "--wrap", f"sleep {JOB_SECONDS}")
+            test_cluster.wait_for(
+                "the job running", lambda: test_cluster.job(job).get("JobState") == "RUNNING", 30
+            )
+            # The prolog's mapping files reach Prometheus as dcgm-exporter's hpc_job label.
+            held = _wait(
+                "Prometheus sees the job on both GPUs",
+                lambda: (
+                    len(_query(base, f'DCGM_FI_DEV_XID_ERRORS{{hpc_job="{job}",node="{node}"}}'))
+                    == instance.gpu_count
+                ),
+                30,
+                prometheus_log,
+            )
+            assert held
+            exporter.xid[XID_GPU] = XID
+            _wait(
+                "the node drained by the alert",
+                lambda: test_cluster.node(node).get("Reason", "").startswith("gpuforge:"),
+                45,
+                alertmanager_log,
+            )
+            shown = test_cluster.client(["scontrol", "show", "node", node, "--oneliner"]).stdout
+            assert f"Reason={REASON} [" in shown, shown
+            state = test_cluster.node(node)["State"]
+            assert "DRAIN" in state and not state.startswith("IDLE"), state  # draining: the job still runs
+            assert test_cluster.job(job)["JobState"] == "RUNNING"
+            assert f"drained {node}: {REASON}" in log
+            firing = _query(base, 'ALERTS{alertname="GpuforgeXidNodeBad",alertstate="firing"}')
+            assert [item["metric"]["gpu"] for item in firing] == [str(XID_GPU)]
+    finally:
+        for server, thread in zip((exporter_server, receiver_server), threads, strict=True):
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=10)
+
+    # The job runs to its end, untouched; the epilog leaves no mapping behind.
+    test_cluster.wait_for(
+        "the job completed", lambda: test_cluster.job(job).get("JobState") == "COMPLETED", JOB_SECONDS + 30
+    )
+    test_cluster.wait_for(
+        "the node drained and idle", lambda: _drained_idle(test_cluster.node(node)["State"]), 30
+    )
+    assert sorted(path.name for path in mapping.iterdir()) == []
+    # The node agent's next check: healthy here, but Slurm shows a gpuforge drain and no job, so it reports it.
+    reports: list[str] = []
+
+    def report_asg() -> str:
+        reports.append(node)
+        return "i-0123456789abcdef0"
+
+    agent = SlurmAgent(node, InController(prefix), tmp_path / "drain.json", report_asg)
+    healthy = NodeReport(instance_type=instance.name, checks=())
+    agent.act(healthy, cast(NodeContext, None))  # a healthy report never reads the node context
+    agent.act(healthy, cast(NodeContext, None))
+    assert reports == [node]
+    assert json.loads((tmp_path / "drain.json").read_text(encoding="utf-8"))["reason"] == REASON
+    assert _drained_idle(test_cluster.node(node)["State"])  # never resumed
