@@ -197,11 +197,11 @@ def _report(args: argparse.Namespace) -> int:
             "Fix: pass the number of nodes it ran on."
         )
     floors = floors_for(args.instance_type)
+    instance = hardware.get(args.instance_type)
     texts = [(str(path), read_output(path)) for path in args.files]
-    report = judge_files(texts, floors, args.nodes)
+    report = judge_files(texts, floors, args.nodes, gpus_per_node=instance.gpu_count)
     # NCCL's transport, from its INFO lines where the saved output has them (gpuforge.validate.transport).
     by_file = dict(texts)
-    instance = hardware.get(args.instance_type)
     for verdict in report.nccl:
         apply_transport(verdict, by_file[verdict.file], instance, required=False)
     return _emit(report, args)

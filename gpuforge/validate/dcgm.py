@@ -16,9 +16,10 @@ import re
 from dataclasses import dataclass, field
 
 BANNER = "Successfully ran diagnostic for group."
-_CATEGORY = re.compile(r"^[|+]-{3,}\s+(?P<name>[A-Za-z][A-Za-z ]*?)\s+-+[+|]")
-_ROW = re.compile(r"^\|\s?(?P<name>[^|]*?)\s*\|\s?(?P<value>.*?)\s*\|$")
-_BORDER = re.compile(r"^\+-+\+-+\+$")
+# The table's lines are read by splitting at '|' and '+', never by a regular expression with
+# lazy and greedy runs side by side: those backtracked quadratically on a long line (a 40 KB line
+# took 18 s). Every function below is linear in its line (benchmarks/validate_parse_bench.py).
+_CATEGORY_NAME = re.compile(r"[A-Za-z][A-Za-z ]*")
 _RESULT = re.compile(r"^(?P<result>Pass|Fail|Warn|Skip|Not Run)\b(?:\s*-\s*(?P<scope>.*))?$")
 _GPU_RESULT = re.compile(r"^GPU\s*(?P<gpu>\d+)\s*:\s*(?P<result>Pass|Fail|Warn|Skip|Not Run)\b")
 _SCOPE_GPU = re.compile(r"GPU:?\s*(?P<gpu>\d+)")
@@ -59,6 +60,11 @@ class DiagRun:
         return [test for test in self.tests if test.result == "Warn"]
 
 
+def _shown(text: str) -> str:
+    """A line of the output as a problem quotes it: cut to 80 characters."""
+    return repr(text if len(text) <= 80 else text[:80] + "...")
+
+
 def describe(test: DiagTest) -> str:
     """'Hardware/GPU Memory: Fail on GPU 0 (<DCGM's first sentence>)'."""
     where = f" on GPU {','.join(map(str, sorted(test.failed_gpus)))}" if test.failed_gpus else ""
@@ -66,29 +72,66 @@ def describe(test: DiagTest) -> str:
     return f"{test.category}/{test.name}: {test.result}{where}{detail}"
 
 
+def _category(line: str) -> str | None:
+    """'Deployment' from `|-----  Deployment  ---+---|` (or `+-----  Hardware  ---+---+`), else None."""
+    if line[:4] not in ("|---", "+---") or line[-1] not in "|+":
+        return None
+    cells = re.split(r"[|+]", line[1:-1])
+    if len(cells) != 2 or cells[1].strip("-") or not cells[0].endswith("-"):
+        return None
+    name = cells[0].strip("-").strip()
+    return name if _CATEGORY_NAME.fullmatch(name) else None
+
+
+def _border(line: str, fill: str) -> bool:
+    """`+----+----+` (fill '-') or dcgmi's header rule `+====+====+` (fill '=')."""
+    if len(line) < 5 or line[0] != "+" or line[-1] != "+":
+        return False
+    cells = line[1:-1].split("+")
+    return len(cells) == 2 and all(cell and not cell.strip(fill) for cell in cells)
+
+
+def _row(line: str) -> tuple[str, str] | None:
+    """(name, value) of a `| name | value |` row, stripped; None when the line is not one."""
+    if len(line) < 3 or line[0] != "|" or line[-1] != "|":
+        return None
+    cells = line[1:-1].split("|")
+    return (cells[0].strip(), cells[1].strip()) if len(cells) == 2 else None
+
+
 def parse_diag(text: str) -> DiagRun:
     """Parse one `dcgmi diag` table; problems are collected, never raised."""
     run = DiagRun()
-    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     category = ""
     current: DiagTest | None = None
     noting = False
     closed = False
-    for line in lines:
-        if line.startswith("Error:"):
-            run.problems.append(f"dcgmi reported {line.strip()!r}")
-        heading = _CATEGORY.match(line)
-        if heading:
-            category, current, noting, closed = heading["name"].strip(), None, False, False
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
             continue
-        if _BORDER.match(line):
+        if line.startswith("Error:"):
+            run.problems.append(f"line {number}: dcgmi reported {_shown(line)}")
+        heading = _category(line)
+        if heading:
+            category, current, noting, closed = heading, None, False, False
+            continue
+        if _border(line, "-"):
             closed = True
             continue
-        row = _ROW.match(line)
-        if row is None or category in SKIPPED_CATEGORIES or not category:
+        if _border(line, "="):
+            continue
+        row = _row(line)
+        if row is None:
+            if line[0] in "|+":
+                run.problems.append(
+                    f"line {number}: not a row of dcgmi's table (two columns): {_shown(line)}"
+                )
+            continue
+        if category in SKIPPED_CATEGORIES or not category:
             continue
         closed = False
-        name, value = row["name"].strip(), row["value"].strip()
+        name, value = row
         if name in _NOTES and current is not None:
             current.detail = (current.detail + " " + value).strip() if noting else value
             noting = True
@@ -98,6 +141,10 @@ def parse_diag(text: str) -> DiagRun:
             result = _RESULT.match(value)
             if result is None:
                 current = None
+                run.problems.append(
+                    f"line {number}: test {name!r} has no result dcgmi prints (Pass, Fail, Warn, Skip, Not Run): "
+                    f"{_shown(value)}"
+                )
                 continue
             current = DiagTest(category, name, result["result"])
             current.add_result(result["result"], result["scope"])

@@ -30,6 +30,7 @@ class NcclVerdict:
     problems: list[str]
     nodes: int  # the nodes the run spanned (1: NVLink only)
     transport: TransportVerdict | None = None  # NCCL's network, from its INFO lines (validate.transport)
+    line: int = 1  # the line of the file the run starts on (a file may hold several runs)
 
     @property
     def passed(self) -> bool:
@@ -66,6 +67,7 @@ class Report:
             "nccl": [
                 {
                     "file": item.file,
+                    "line": item.line,
                     "sizes": [row.to_json() for row in item.run.rows],
                     "busbw_large": item.busbw_large,
                     "floor": item.floor,
@@ -109,33 +111,82 @@ def is_diag(text: str) -> bool:
     )
 
 
+def has_nccl(text: str) -> bool:
+    """Whether any line of `text` is nccl-tests' (a header, a rank, a row, a failure line)."""
+    return any(not run.blank for run in parse_nccl(text))
+
+
+def judge_runs(
+    file: str, text: str, floors: Floors, nodes: int, *, gpus_per_node: int | None = None
+) -> list[NcclVerdict]:
+    """Every all_reduce_perf run in one output on `nodes` nodes against the type's floor.
+
+    `gpus_per_node`: the type's GPUs, when the ranks the output lists must match `nodes` of them
+    (`validate report`, which is told the node count rather than choosing it).
+    """
+    verdicts: list[NcclVerdict] = []
+    for run in parse_nccl(text):
+        problems = list(run.problems)
+        if gpus_per_node is not None:
+            problems.extend(_placement(run, nodes, gpus_per_node))
+        floor = floors.floor(nodes)
+        busbw = run.busbw_at(floors.message_bytes)
+        if run.rows and busbw is None:
+            problems.append(
+                f"no row at {floors.message_bytes} bytes, the size the floor is set at: run the sweep up to at least "
+                f"that size (all_reduce_perf -e {floors.message_bytes})"
+            )
+        elif busbw is not None and busbw < floor:
+            problems.append(
+                f"busbw {busbw:.2f} GB/s at {floors.message_bytes} bytes is below the floor of {floor:.2f} GB/s "
+                f"({floors.basis(nodes)})"
+            )
+        verdicts.append(NcclVerdict(file, run, busbw, floor, problems, nodes, line=run.line))
+    return verdicts
+
+
 def judge_nccl(file: str, text: str, floors: Floors, nodes: int) -> NcclVerdict:
-    """One all_reduce_perf output on `nodes` nodes against the type's floor."""
-    run = parse_nccl(text)
-    problems = list(run.problems)
-    floor = floors.floor(nodes)
-    busbw = run.busbw_at(floors.message_bytes)
-    if run.rows and busbw is None:
-        problems.append(
-            f"no row at {floors.message_bytes} bytes, the size the floor is set at: run the sweep up to at least "
-            f"that size (all_reduce_perf -e {floors.message_bytes})"
-        )
-    elif busbw is not None and busbw < floor:
-        problems.append(
-            f"busbw {busbw:.2f} GB/s at {floors.message_bytes} bytes is below the floor of {floor:.2f} GB/s "
-            f"({floors.basis(nodes)})"
-        )
-    return NcclVerdict(file, run, busbw, floor, problems, nodes)
+    """One step's all_reduce_perf output as one verdict: its first run, failing for any later run's problems."""
+    first, *others = judge_runs(file, text, floors, nodes)
+    for other in others:
+        first.problems.extend(f"the run at line {other.line}: {problem}" for problem in other.problems)
+    return first
 
 
-def judge_files(paths_and_texts: list[tuple[str, str]], floors: Floors, nodes: int) -> Report:
-    """Parse and judge saved outputs, each read as nccl-tests or dcgmi by what it contains."""
+def _placement(run: NcclRun, nodes: int, gpus_per_node: int) -> list[str]:
+    """The ranks and hosts nccl-tests lists ('#  Rank r ... on HOST') against `nodes` x `gpus_per_node`."""
+    if not run.ranks:
+        return [
+            f"the run lists no ranks ('#  Rank 0 Group 0 Pid ... on HOST device ...'), so nothing shows it spanned "
+            f"{nodes} node(s): judge the whole output, its header included"
+        ]
+    problems: list[str] = []
+    hosts = sorted(run.hosts)
+    if len(hosts) != nodes:
+        problems.append(
+            f"the run's ranks are on {len(hosts)} host(s) ({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''}), "
+            f"not the {nodes} of --nodes: pass the node count it ran on"
+        )
+    if len(run.ranks) != nodes * gpus_per_node:
+        problems.append(
+            f"the run has {len(run.ranks)} rank(s), not {nodes * gpus_per_node} ({nodes} node(s) x {gpus_per_node} GPUs "
+            "of the type): a floor holds for every GPU of every node (all_reduce_perf -g 1 with one task per GPU)"
+        )
+    return problems
+
+
+def judge_files(
+    paths_and_texts: list[tuple[str, str]], floors: Floors, nodes: int, *, gpus_per_node: int | None = None
+) -> Report:
+    """Parse and judge saved outputs: dcgmi's table where a file has one, nccl-tests' runs where it has
+    them (a file with both is judged as both), and a file with neither as nccl-tests output (a failure)."""
     report = Report(floors=floors, nodes=nodes)
     for file, text in paths_and_texts:
-        if is_diag(text):
+        diag = is_diag(text)
+        if diag:
             report.diag.append(DiagVerdict(file, parse_diag(text)))
-        else:
-            report.nccl.append(judge_nccl(file, text, floors, nodes))
+        if not diag or has_nccl(text):
+            report.nccl.extend(judge_runs(file, text, floors, nodes, gpus_per_node=gpus_per_node))
     return report
 
 
@@ -144,7 +195,7 @@ def render_text(report: Report) -> str:
     lines: list[str] = []
     for item in report.nccl:
         lines.append(
-            f"nccl-tests {item.file} ({item.nodes} node(s), floor {item.floor:.2f} GB/s at {report.floors.message_bytes} B)"
+            f"nccl-tests {item.file}{f' line {item.line}' if item.line > 1 else ''} ({item.nodes} node(s), floor {item.floor:.2f} GB/s at {report.floors.message_bytes} B)"
         )
         lines.append(f"  {'bytes':>12} {'algbw GB/s':>11} {'busbw GB/s':>11} {'#wrong':>7}")
         for row in item.run.rows:

@@ -16,7 +16,7 @@ def _text(name: str) -> str:
 
 
 def test_a_complete_two_node_sweep_parses_every_size_with_in_place_figures() -> None:
-    run = parse_nccl(_text("nccl-h100-2node-gcp-a3mega.txt"))
+    (run,) = parse_nccl(_text("nccl-h100-2node-gcp-a3mega.txt"))
     assert run.problems == []
     assert [row.bytes for row in run.rows] == run.expected_sizes == [8 << i for i in range(31)]
     assert run.busbw_at(GIB) == 298.82
@@ -25,7 +25,7 @@ def test_a_complete_two_node_sweep_parses_every_size_with_in_place_figures() -> 
 
 
 def test_srun_prefixed_rows_parse_and_a_missing_trailer_is_a_truncated_run() -> None:
-    run = parse_nccl(_text("nccl-p5-2node-aws-samples-excerpt.txt"))
+    (run,) = parse_nccl(_text("nccl-p5-2node-aws-samples-excerpt.txt"))
     assert run.busbw_at(GIB) == 440.96
     assert len(run.rows) == 32
     assert run.problems == [
@@ -39,8 +39,8 @@ def test_wrong_values_fail_the_run() -> None:
     text = _text("nccl-h100-2node-gcp-a3mega.txt").replace(
         "6737.4  159.37  298.82      0", "6737.4  159.37  298.82      3"
     )
-    run = parse_nccl(text)
-    assert run.problems == ["#wrong is 3 at 1073741824 bytes: the all-reduce returned wrong data"]
+    (run,) = parse_nccl(text)
+    assert run.problems == ["line 51: #wrong is 3 at 1073741824 bytes: the all-reduce returned wrong data"]
 
 
 def test_an_unchecked_row_is_not_a_pass() -> None:
@@ -49,9 +49,9 @@ def test_an_unchecked_row_is_not_a_pass() -> None:
     text = _text("nccl-h100-2node-gcp-a3mega.txt").replace(
         "6737.4  159.37  298.82      0", "6737.4  159.37  298.82    N/A"
     )
-    run = parse_nccl(text)
+    (run,) = parse_nccl(text)
     assert run.problems == [
-        "#wrong is N/A at 1073741824 bytes: the run did not check its results (nccl-tests -c 0); "
+        "line 51: #wrong is N/A at 1073741824 bytes: the run did not check its results (nccl-tests -c 0); "
         "run all_reduce_perf with -c 1, as gpuforge validate does"
     ]
 
@@ -62,7 +62,7 @@ def test_a_size_the_header_promises_is_missing() -> None:
         for line in _text("nccl-h100-2node-gcp-a3mega.txt").splitlines()
         if not line.lstrip().startswith("2147483648 ")
     ]
-    run = parse_nccl("\n".join(lines))
+    (run,) = parse_nccl("\n".join(lines))
     assert run.problems == [
         "1 size(s) the header promises are missing, first 2147483648 bytes: the run stopped early"
     ]
@@ -70,7 +70,7 @@ def test_a_size_the_header_promises_is_missing() -> None:
 
 def test_a_run_cut_mid_sweep_names_the_first_missing_size_and_the_missing_trailer() -> None:
     text = _text("nccl-h100-2node-gcp-a3mega.txt")
-    run = parse_nccl(text[: text.index("   134217728")])
+    (run,) = parse_nccl(text[: text.index("   134217728")])
     assert run.problems == [
         "7 size(s) the header promises are missing, first 134217728 bytes: the run stopped early",
         "no closing '# Avg bus bandwidth' line: the run died before the end, or the file is cut",
@@ -78,18 +78,18 @@ def test_a_run_cut_mid_sweep_names_the_first_missing_size_and_the_missing_traile
 
 
 def test_nccl_warn_lines_fail_the_run_and_are_quoted() -> None:
-    run = parse_nccl(_text("nccl-warn-aws-ofi-nccl-889.txt"))
+    (run,) = parse_nccl(_text("nccl-warn-aws-ofi-nccl-889.txt"))
     assert run.rows == []
     assert (
         run.problems[0]
-        == "the run printed 'NCCL WARN NET/OFI GDR disabled on GDR-supported instance type p4d.24xlarge'"
+        == "line 1: the run printed 'NCCL WARN NET/OFI GDR disabled on GDR-supported instance type p4d.24xlarge'"
     )
     assert run.problems[-1].startswith("no nccl-tests result row")
     assert sum("NCCL WARN" in problem for problem in run.problems) == 4
 
 
 def test_garbage_is_no_result_not_a_pass() -> None:
-    assert parse_nccl("Segmentation fault (core dumped)\n").problems == [
+    assert parse_nccl("Segmentation fault (core dumped)\n")[0].problems == [
         "no nccl-tests result row: this is not all_reduce_perf output, or the run died first"
     ]
 
