@@ -19,6 +19,10 @@ from gpuforge.errors import InputError
 
 # nccl-tests and dcgmi outputs are text of a few hundred KiB at most, even with NCCL_DEBUG=INFO.
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+# --timeout bounds, seconds per step. Below a second no srun step can even start. Above a day is a
+# slip (minutes or milliseconds typed as seconds): the longest step, `dcgmi diag -r 4`, is meant to
+# run for hours at most, and each step holds its nodes for the whole timeout when it hangs.
+TIMEOUT_RANGE_S = (1.0, 86400.0)
 
 
 USAGE = """\
@@ -133,9 +137,12 @@ def _run(args: argparse.Namespace) -> int:
     from gpuforge.validate.floors import floors_for
     from gpuforge.validate.run import Plan, Slurm, drain_failed, idle_nodes, run_acceptance
 
-    if not math.isfinite(args.timeout) or args.timeout <= 0:
+    low, high = TIMEOUT_RANGE_S
+    if not (math.isfinite(args.timeout) and low <= args.timeout <= high):
         raise InputError(
-            f"--timeout {args.timeout}: a step needs a positive number of seconds. Fix: pass e.g. 900."
+            f"--timeout {args.timeout}: each step's timeout must be a finite number of seconds from {low:g} "
+            f"(no step starts in less) to {high:g} (a day: a step that may hang holds its nodes that long, and "
+            "longer is a unit slip). Fix: pass seconds, e.g. 900 (the default)."
         )
     config = load_stack_config(args.stack_dir, args.stack)
     if config.scheduler.type != "slurm":

@@ -73,3 +73,12 @@ def test_bad_input_exits_2_naming_the_flag_or_file(
     assert main(["validate", "report", *argv]) == 2
     error = capsys.readouterr().err
     assert message in error and "Fix:" in error and "Traceback" not in error
+
+
+@pytest.mark.parametrize("timeout", ["0", "-5", "nan", "inf", "1e999", "0.5", "86401", "1e300"])
+def test_validate_timeout_is_bounded(timeout: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # Checked before the stack is read: the stack folder need not exist.
+    assert main(["validate", "/nonexistent/stack", "--stack", "dev", "--timeout", timeout]) == 2
+    error = capsys.readouterr().err
+    assert f"--timeout {float(timeout)}" in error and "from 1 " in error and "to 86400 (a day" in error
+    assert "Traceback" not in error
