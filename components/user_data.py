@@ -76,6 +76,8 @@ SLURMCTLD_DROP_IN = "/etc/systemd/system/slurmctld.service.d/slurmctld-gpuforge.
 TOPOLOGY_ENV = "/etc/gpuforge/slurm-topology.env"
 TOPOLOGY_TIMER = "gpuforge-slurm-topology.timer"
 SLURM_LEAVE_UNIT = "/etc/systemd/system/gpuforge-slurm-leave.service"
+# images/files/gpuforge-alert-receiver.service: Alertmanager's drain receiver (gpuforge.monitoring.receiver).
+ALERT_RECEIVER_UNIT = "gpuforge-alert-receiver.service"
 # XFS label of slurmctld's state volume (at most 12 characters, xfs_admin(8)).
 STATE_LABEL = "slurmctld"
 # How long the controller waits for its state volume: the attachment is made after the instance exists.
@@ -400,6 +402,10 @@ ENV
     systemctl enable --now "$TOPOLOGY_TIMER"
 }
 
+start_alert_receiver() {
+    systemctl enable --now "$ALERT_RECEIVER_UNIT"
+}
+
 start_slurmctld() {
     write_file "$SLURMCTLD_DROP_IN" <<UNIT
 # Written by gpuforge's user data: slurmctld's state lives on its own volume; never start without it.
@@ -519,6 +525,8 @@ class ControllerParams:
     # (instance type of the GPU nodes, region) when the cluster uses topology/tree: the
     # controller then runs `gpuforge scheduler sync-topology` every minute.
     topology_sync: tuple[str, str] | None = None
+    # Whether the controller runs gpuforge's drain receiver for Alertmanager (drainOnAlert).
+    alert_receiver: bool = False
 
 
 def _file_variable(name: str) -> str:
@@ -557,6 +565,8 @@ def render_controller(params: ControllerParams) -> str:
             "TOPOLOGY_INSTANCE_TYPE": instance_type,
             "TOPOLOGY_REGION": region,
         }
+    if params.alert_receiver:
+        variables["ALERT_RECEIVER_UNIT"] = ALERT_RECEIVER_UNIT
     variables |= {_file_variable(name): text for name, text in sorted(params.files.items())}
     writes = "".join(
         f'    printf \'%s\' "${_file_variable(name)}" | write_file "$SLURM_ETC/{name}"\n'
@@ -572,6 +582,7 @@ def render_controller(params: ControllerParams) -> str:
         "if ((${#FAILED_STEPS[@]} == 0)); then",
         "    step start_slurmctld",
         *(["    step start_topology_sync"] if params.topology_sync is not None else []),
+        *(["    step start_alert_receiver"] if params.alert_receiver else []),
         "else",
         '    log "not starting slurmctld: ${FAILED_STEPS[*]} failed"',
         "fi",
