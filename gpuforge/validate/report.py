@@ -105,10 +105,8 @@ def _verdict(passed: bool) -> str:
 
 
 def is_diag(text: str) -> bool:
-    """dcgmi's table (its banner, or its `| name | result |` rows), as opposed to nccl-tests output."""
-    return BANNER in text or any(
-        line.startswith("|") and line.rstrip().endswith("|") for line in text.splitlines()
-    )
+    """dcgmi's table (its banner, or a `| name | result |` row, whole or cut), which nccl-tests never prints."""
+    return BANNER in text or any(line.lstrip().startswith("|") for line in text.splitlines())
 
 
 def has_nccl(text: str) -> bool:

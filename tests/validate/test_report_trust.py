@@ -209,3 +209,41 @@ def test_long_lines_parse_in_linear_time() -> None:
     assert "not a row of dcgmi's table" in parse_diag(DIAG_PASS_TEXT + padded).problems[0]
     assert len(parse_diag(DIAG_PASS_TEXT + (padded + "\n") * 8).problems) >= 8
     assert parse_nccl(H100_TEXT + "8" + " 1" * 150_000 + "\n")[0].problems
+
+
+# Hostile files, each derived from a published output in the test (or made of no output at all):
+# (bytes or a folder, the exit code, what the message or the verdict must say).
+HOSTILE: list[tuple[str, bytes | None, int, str]] = [
+    ("binary junk", bytes(range(256)) * 64, 2, "not UTF-8 text (byte 128 is b'\\x80')"),
+    ("non-UTF-8 text", H100_TEXT.replace("ztan", "z\u00e9tan").encode("latin-1"), 2, "not UTF-8 text"),
+    ("a directory", None, 2, "not a regular file (a directory, device or pipe)"),
+    ("an empty file", b"", 1, "no nccl-tests result row"),
+    ("NUL bytes", b"\0" * 4096, 1, "no nccl-tests result row"),
+    ("one 8 MB line", b"8 " * 4_000_000, 1, "unreadable row"),
+    ("one 8 MB table line", b"| a" + b" " * 8_000_000, 1, "not a row of dcgmi's table"),
+    ("CR line endings", H100_TEXT.replace("\n", "\r").encode(), 0, "verdict: PASS"),
+    ("CRLF line endings", H100_TEXT.replace("\n", "\r\n").encode(), 0, "verdict: PASS"),
+    (
+        "the published run cut mid-row",
+        H100_TEXT[: H100_TEXT.index(ROW_1GIB) + 40].encode(),
+        1,
+        "unreadable row",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "data", "code", "message"), HOSTILE, ids=[case[0] for case in HOSTILE])
+def test_hostile_files_get_a_clear_answer_never_a_traceback(
+    name: str, data: bytes | None, code: int, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "out.txt"
+    if data is None:
+        path.mkdir()
+    else:
+        path.write_bytes(data)
+    assert main(["validate", "report", *P4D, "--nodes", "2", str(path)]) == code, name
+    captured = capsys.readouterr()
+    assert message in captured.out + captured.err
+    assert "Traceback" not in captured.out + captured.err
+    if code == 2:
+        assert str(path) in captured.err and "Fix:" in captured.err
