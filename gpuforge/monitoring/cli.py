@@ -8,6 +8,9 @@ written atomically (gpuforge.atomic). DIR may be missing, empty, or hold only th
 files for the same cluster (each names its cluster on its first line): anything else stops
 the render with exit 2, so another cluster's rules are never left beside this one's.
 Exit 0, or 2 with the field and the fix.
+
+`gpuforge monitoring receiver [--port PORT]` serves the drain receiver (gpuforge.monitoring.receiver)
+on 127.0.0.1 until stopped; exit 2 when the port cannot be opened.
 """
 
 from __future__ import annotations

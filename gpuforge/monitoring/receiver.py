@@ -228,7 +228,11 @@ def make_server(receiver: DrainReceiver, port: int = PORT) -> ThreadingHTTPServe
 
 
 def serve(port: int = PORT) -> int:
-    """`gpuforge monitoring receiver`: serve until stopped (SIGTERM from systemd, or Ctrl-C)."""
+    """`gpuforge monitoring receiver`: serve until stopped (SIGTERM from systemd, or Ctrl-C).
+
+    A drain in flight when it stops may or may not have reached Slurm; Alertmanager did not get
+    its answer, so it sends the alert again, and a second drain of the node changes nothing.
+    """
     receiver = DrainReceiver(SubprocessRunner(timeout_s=SCONTROL_TIMEOUT_S), _log, threading.Lock())
     try:
         server = make_server(receiver, port)
@@ -238,9 +242,6 @@ def serve(port: int = PORT) -> int:
             f"(`ss -ltnp 'sport = :{port}'`), or give another with --port and the same in alertmanager.yml."
         ) from None
     _log(f"listening on http://{HOST}:{server.server_address[1]}{PATH}")
-    with server:
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            _log("stopped")
+    with server:  # Ctrl-C: the CLI's exit 130; systemd's SIGTERM ends the process (143)
+        server.serve_forever()
     return 0
