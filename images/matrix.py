@@ -64,16 +64,21 @@ class AwsOfiNcclSpec(_Strict):
 
 
 class SourceTarball(_Strict):
-    """A source tarball the image builds from: its exact version, its sha256, and where it is downloaded.
+    """A tarball the image downloads: its exact version, its sha256, and where it is downloaded.
 
     Slurm and PMIx have no package in the CUDA or Ubuntu repositories at the versions gpuforge pins,
-    so the image builds them from source; the sha256 is what makes that download a pin.
+    so the image builds them from source; the monitoring daemons come as their publishers' release
+    builds. The sha256 is what makes each download a pin.
     """
 
     version: str
     sha256: str
     sha256_source: Sha256Source | None = None
     url: str
+
+
+# The monitoring daemons' matrix keys (issue 21's contract names), in install order.
+MONITORING_KEYS = ("node_exporter", "prometheus", "alertmanager")
 
 
 def _ofi_shorthand(value: Any) -> Any:
@@ -116,6 +121,15 @@ class Matrix(_Strict):
     # https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v<version>.tar.gz; no published sha256
     # was found for a current release, so the shipped matrices leave it out (README, "Acceptance").
     nccl_tests: SourceTarball | None = None
+    # Optional: the monitoring daemons, release tarballs of Prometheus's own builds
+    # (https://github.com/prometheus/<name>/releases/download/v<version>/<name>-<version>.linux-amd64.tar.gz),
+    # installed by images/scripts/77-monitoring.sh. node_exporter runs on every GPU node; Prometheus and
+    # Alertmanager only where the controller's user data writes their configuration. Optional because a
+    # matrix without a scheduler has no controller to run them; the rule monitoring.pinned warns where a
+    # matrix pins Slurm (whose clusters monitor by default) and leaves one out.
+    node_exporter: SourceTarball | None = None
+    prometheus: SourceTarball | None = None
+    alertmanager: SourceTarball | None = None
     targets: Annotated[list[str], AfterValidator(_unique_targets)] = Field(min_length=1)
 
     @property
@@ -123,6 +137,21 @@ class Matrix(_Strict):
         """(key, pin) of every source tarball the image builds from: Slurm, PMIx, nccl-tests."""
         pins = (("slurm", self.slurm), ("pmix", self.pmix), ("nccl_tests", self.nccl_tests))
         return tuple((key, pin) for key, pin in pins if pin is not None)
+
+    @property
+    def monitoring_tarballs(self) -> tuple[tuple[str, SourceTarball], ...]:
+        """(key, pin) of every monitoring daemon's release tarball the matrix pins."""
+        pins = (
+            ("node_exporter", self.node_exporter),
+            ("prometheus", self.prometheus),
+            ("alertmanager", self.alertmanager),
+        )
+        return tuple((key, pin) for key, pin in pins if pin is not None)
+
+    @property
+    def downloads(self) -> tuple[tuple[str, SourceTarball], ...]:
+        """(key, pin) of every tarball the build downloads by URL and checks by sha256."""
+        return self.source_tarballs + self.monitoring_tarballs
 
     def normalized(self) -> dict[str, Any]:
         """The matrix as plain data, optional empties dropped: what the digest hashes."""

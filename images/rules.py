@@ -23,8 +23,9 @@ from gpuforge.compat import (
     libfabric_key,
     release_version,
 )
-from gpuforge.errors import Finding, Severity
-from gpuforge.images.matrix import SCHEMA_SOURCE, Matrix
+from gpuforge.errors import Finding, InputError, Severity
+from gpuforge.images.matrix import MONITORING_KEYS, SCHEMA_SOURCE, Matrix
+from gpuforge.monitoring.fields import DATA_FILE, load_fields
 from gpuforge.regions import region_problem
 from gpuforge.scheduler.versions import (
     RENDERED_FEATURES,
@@ -48,6 +49,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NCCL = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\+cuda([0-9]+)\.([0-9]+)")
 
 Rule = Callable[[Matrix, Compat], Iterator[Finding]]
+FIELDS_DATA = f"gpuforge/{DATA_FILE}"
 
 
 def _version(text: str | None) -> Version | None:
@@ -83,7 +85,7 @@ def _pins(matrix: Matrix) -> Iterator[tuple[str, str | None]]:
         ("container_toolkit", matrix.container_toolkit),
         ("dcgm", matrix.dcgm),
         ("dcgm_exporter", matrix.dcgm_exporter),
-        *((f"{key}.version", pin.version) for key, pin in matrix.source_tarballs),
+        *((f"{key}.version", pin.version) for key, pin in matrix.downloads),
     )
 
 
@@ -109,6 +111,9 @@ _PIN_EXAMPLES = {
     "slurm.version": "26.05.5",
     "pmix.version": "5.0.3",
     "nccl_tests.version": "2.17.6",
+    "node_exporter.version": "1.9.1",
+    "prometheus.version": "3.5.0",
+    "alertmanager.version": "0.28.1",
 }
 
 
@@ -144,8 +149,8 @@ def rule_base_ami(matrix: Matrix, data: Compat) -> Iterator[Finding]:
 
 
 def _tarballs(matrix: Matrix) -> Iterator[tuple[str, str, str]]:
-    """(key, sha256, url) of every source tarball the matrix pins."""
-    for key, spec in matrix.source_tarballs:
+    """(key, sha256, url) of every tarball the matrix pins: source tarballs and release builds alike."""
+    for key, spec in matrix.downloads:
         yield key, spec.sha256, spec.url
 
 
@@ -175,7 +180,7 @@ def _checksums(matrix: Matrix) -> Iterator[tuple[str, str, str | None]]:
     ofi = matrix.aws_ofi_nccl
     if ofi.sha256 is not None:
         yield "aws_ofi_nccl", ofi.sha256, ofi.sha256_source
-    for key, spec in matrix.source_tarballs:
+    for key, spec in matrix.downloads:
         yield key, spec.sha256, spec.sha256_source
 
 
@@ -1000,6 +1005,72 @@ def rule_slurm_features(matrix: Matrix, data: Compat) -> Iterator[Finding]:
         )
 
 
+def rule_monitoring_pinned(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    """A matrix with Slurm builds controllers and GPU nodes whose clusters monitor by default
+    (gpuforge:monitoring.enabled), so each daemon left out is a cluster that cannot: a warning, because
+    a cluster may set `enabled: false`, and a matrix without Slurm has no controller to run them."""
+    if matrix.slurm is None:
+        return
+    pinned = dict(matrix.monitoring_tarballs)
+    for key in MONITORING_KEYS:
+        if key not in pinned:
+            yield Finding(
+                "monitoring.pinned",
+                WARNING,
+                key,
+                f"the matrix pins Slurm {matrix.slurm.version} and no {key}; clusters built from it monitor by "
+                "default (gpuforge:monitoring), and its image will lack the daemon. Fix: add "
+                f"{key}: {{version, sha256, sha256_source, url}} (the shipped matrices pin one).",
+                SCHEMA_SOURCE,
+            )
+
+
+def rule_monitoring_url_version(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    """The release file names the pinned version (Prometheus's builds are <name>-<version>.linux-amd64.tar.gz):
+    a version bumped without its URL would install one release and record another."""
+    for key, pin in matrix.monitoring_tarballs:
+        if _version(pin.version) is None or not _HTTPS_FILE.fullmatch(pin.url):
+            continue  # pin.exact or pin.url reports it
+        name = pin.url.rsplit("/", 1)[-1]
+        if re.search(rf"(?<![0-9.]){re.escape(pin.version)}(?![0-9])", name):
+            continue
+        yield Finding(
+            "monitoring.url-version",
+            ERROR,
+            f"{key}.url",
+            f"the file {name!r} does not name {key} {pin.version}, the pinned release. Fix: point {key}.url at "
+            f"that release's build, https://github.com/prometheus/{key}/releases/download/v{pin.version}/"
+            f"{key}-{pin.version}.linux-amd64.tar.gz, and pin its sha256.",
+            SCHEMA_SOURCE,
+        )
+
+
+def rule_monitoring_one_field_list(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    """The image carries one dcgm-exporter field list (gpuforge.monitoring.fields, rendered at build time),
+    so every target must collect the same fields: a matrix whose targets differ (architecture, NVLink)
+    is refused rather than shipping a list some GPUs do not serve."""
+    rows = _target_rows(matrix)
+    catalog = load_fields()
+    lists: dict[tuple[str, ...], list[str]] = {}
+    for row in rows:
+        try:
+            names = tuple(field.name for field in catalog.for_type(row))
+        except InputError as error:
+            yield Finding("monitoring.one-field-list", ERROR, "targets", f"{error}", FIELDS_DATA)
+            return
+        lists.setdefault(names, []).append(row.name)
+    if len(lists) > 1:
+        groups = "; ".join(", ".join(names) for names in lists.values())
+        yield Finding(
+            "monitoring.one-field-list",
+            ERROR,
+            "targets",
+            f"the targets collect different dcgm-exporter fields ({groups}); the image carries one field list. "
+            "Fix: split the matrix so each holds types of one GPU architecture and NVLink layout.",
+            FIELDS_DATA,
+        )
+
+
 RULES: tuple[Rule, ...] = (
     rule_exact_pins,
     rule_base_ami,
@@ -1026,6 +1097,9 @@ RULES: tuple[Rule, ...] = (
     rule_slurm_series,
     rule_slurm_pmix,
     rule_slurm_features,
+    rule_monitoring_pinned,
+    rule_monitoring_url_version,
+    rule_monitoring_one_field_list,
 )
 
 

@@ -1,0 +1,96 @@
+"""The monitoring daemons' pins (node_exporter, prometheus, alertmanager): the same exact / sha256 /
+sha256_source / https rules as every other downloaded tarball, the file named by the pinned release,
+a warning where a matrix with Slurm leaves one out, and one dcgm-exporter field list per image."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from matrix_cases import MATRICES, findings, rules, warnings
+
+from gpuforge.images.matrix import MONITORING_KEYS, Matrix
+
+KEYS = ("node_exporter", "prometheus", "alertmanager")
+
+
+def _by_rule(data: dict[str, Any], rule: str) -> list[str]:
+    return [f.field for f in findings(data) if f.rule == rule]
+
+
+def test_the_keys_are_the_issues_contract_names() -> None:
+    assert MONITORING_KEYS == KEYS
+
+
+def test_every_shipped_matrix_pins_the_three_and_passes(h100: dict[str, Any]) -> None:
+    for path in sorted(MATRICES.glob("*.yaml")):
+        matrix = Matrix.model_validate(__import__("yaml").safe_load(path.read_text(encoding="utf-8")))
+        pins = dict(matrix.monitoring_tarballs)
+        assert set(pins) == set(KEYS), path.name
+        for key, pin in pins.items():
+            assert pin.url.endswith(f"/v{pin.version}/{key}-{pin.version}.linux-amd64.tar.gz"), path.name
+    assert rules(h100) == set() and not {w for w in warnings(h100) if w.startswith("monitoring.")}
+
+
+@pytest.mark.parametrize("block", KEYS)
+@pytest.mark.parametrize("key", ["version", "sha256", "url"])
+def test_each_key_of_a_monitoring_block_is_required(h100: dict[str, Any], block: str, key: str) -> None:
+    del h100[block][key]
+    assert _by_rule(h100, "schema.missing-key") == [f"{block}.{key}"]
+
+
+@pytest.mark.parametrize("block", KEYS)
+def test_a_monitoring_pin_goes_through_every_download_rule(h100: dict[str, Any], block: str) -> None:
+    h100[block]["version"] = "latest"
+    assert _by_rule(h100, "pin.exact") == [f"{block}.version"]
+    h100[block]["version"] = "1.0.0"
+    h100[block]["sha256"] = "42CC1177"
+    assert _by_rule(h100, "pin.sha256") == [f"{block}.sha256"]
+    h100[block]["sha256"] = "a" * 64
+    del h100[block]["sha256_source"]
+    assert _by_rule(h100, "pin.sha256-source") == [f"{block}.sha256_source"]
+    h100[block]["sha256_source"] = "unverified: made up"
+    assert _by_rule(h100, "pin.sha256-source") == [f"{block}.sha256_source"]
+    h100[block]["sha256_source"] = "published: somewhere real"
+    h100[block]["url"] = (
+        f"http://github.com/prometheus/{block}/releases/download/v1.0.0/{block}-1.0.0.linux-amd64.tar.gz"
+    )
+    assert _by_rule(h100, "pin.url") == [f"{block}.url"]
+
+
+@pytest.mark.parametrize("block", KEYS)
+def test_a_url_that_names_another_release_is_refused(h100: dict[str, Any], block: str) -> None:
+    pinned = h100[block]["version"]
+    h100[block]["url"] = h100[block]["url"].replace(pinned, "0.0.1")
+    hits = [f for f in findings(h100) if f.rule == "monitoring.url-version"]
+    assert [f.field for f in hits] == [f"{block}.url"] and pinned in hits[0].message
+
+
+@pytest.mark.parametrize("block", KEYS)
+def test_a_matrix_with_slurm_and_without_a_monitoring_pin_warns(h100: dict[str, Any], block: str) -> None:
+    del h100[block]
+    assert rules(h100) == set()
+    hits = [f for f in findings(h100) if f.rule == "monitoring.pinned"]
+    assert [f.field for f in hits] == [block] and hits[0].severity == "warning"
+
+
+def test_a_matrix_without_slurm_needs_no_monitoring_pins(h100: dict[str, Any]) -> None:
+    for block in ("slurm", "pmix", *KEYS):
+        del h100[block]
+    assert findings(h100) == []
+
+
+def test_targets_that_need_different_field_lists_are_refused(h100: dict[str, Any]) -> None:
+    # g6 (Ada, no NVLink) and p5 (Hopper, NVLink) collect different DCGM fields: one image, one list.
+    h100["targets"] = ["p5.48xlarge", "g6.xlarge"]
+    hits = [f for f in findings(h100) if f.rule == "monitoring.one-field-list"]
+    assert [f.field for f in hits] == ["targets"]
+    assert "p5.48xlarge" in hits[0].message and "g6.xlarge" in hits[0].message
+
+
+def test_the_digest_moves_with_a_monitoring_pin(h100: dict[str, Any]) -> None:
+    from gpuforge.images.matrix import digest
+
+    before = digest(Matrix.model_validate(h100))
+    h100["prometheus"]["version"] = "3.5.1"
+    assert digest(Matrix.model_validate(h100)) != before
