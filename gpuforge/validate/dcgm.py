@@ -7,7 +7,9 @@ test's overall result, then `GPU0: Fail` rows), and `Warning`/`Error`/`Info` row
 explain the row above, wrapped over continuation rows. Metadata rows (versions) are skipped.
 
 A Fail on any test fails the node; Warn is reported but does not; an output without
-the banner or the closing border (dcgmi died, or the file was cut) fails too.
+the banner or the closing border (dcgmi died, or the file was cut) fails too, as does a line of
+the table it cannot read (named by its line). A file with several diagnostics (each after its
+banner) is judged whole: every table must close, and a failure in any fails it.
 """
 
 from __future__ import annotations
@@ -112,6 +114,14 @@ def parse_diag(text: str) -> DiagRun:
             continue
         if line.startswith("Error:"):
             run.problems.append(f"line {number}: dcgmi reported {_shown(line)}")
+        if line == BANNER:
+            # Another diagnostic in the same file: each one's table must be whole.
+            if category and not closed:
+                run.problems.append(
+                    f"line {number}: a diagnostic begins before the table above it closed: that dcgmi died or was cut"
+                )
+            category, current, noting, closed = "", None, False, False
+            continue
         heading = _category(line)
         if heading:
             category, current, noting, closed = heading, None, False, False

@@ -247,3 +247,15 @@ def test_hostile_files_get_a_clear_answer_never_a_traceback(
     assert "Traceback" not in captured.out + captured.err
     if code == 2:
         assert str(path) in captured.err and "Fix:" in captured.err
+
+
+def test_every_dcgmi_diagnostic_in_a_file_is_judged() -> None:
+    # The published passing table twice (a job that ran the diag twice), the first cut before its
+    # Integration category: the second, whole, table must not hide the first's cut.
+    first = DIAG_PASS_TEXT[: DIAG_PASS_TEXT.index("+-----  Integration")]
+    run = parse_diag(first + DIAG_PASS_TEXT)
+    start = first.count("\n") + 1
+    assert run.problems == [
+        f"line {start}: a diagnostic begins before the table above it closed: that dcgmi died or was cut"
+    ]
+    assert parse_diag(DIAG_PASS_TEXT + DIAG_PASS_TEXT).problems == []
