@@ -33,6 +33,8 @@ _HEADER = re.compile(
 )
 _COLLECTIVE = re.compile(r"^#\s*Collective test starting:\s*(?P<name>\S+)")
 _RANK = re.compile(r"^#\s+Rank\s+(?P<rank>\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+\d+")
+# The header lines above, by how they begin: one that begins so and does not read whole is unreadable.
+_HEADER_START = re.compile(r"^#\s*(?:nThread\s|Rank\s|Collective test starting:)")
 _OUT_OF_BOUNDS = re.compile(r"#\s*Out of bounds values\s*:\s*(?P<count>\d+)\s+(?P<verdict>OK|FAILED)")
 _AVERAGE = re.compile(r"#\s*Avg bus bandwidth\s*:")
 # A line whose first word is a whole number is a result row, or a row nccl-tests did not print whole.
@@ -257,6 +259,10 @@ def parse_nccl(text: str) -> list[NcclRun]:
             if int(rank["rank"]) in run.ranks:
                 run.problems.append(f"line {number}: rank {rank['rank']} is listed twice")
             run.ranks[int(rank["rank"])] = rank["host"]
+            continue
+        if _HEADER_START.match(line):
+            # A header line nccl-tests prints, but not whole: its sweep or rank cannot be known.
+            run.problems.append(f"line {number}: unreadable header line: {_quote(line)}")
             continue
         bounds = _OUT_OF_BOUNDS.search(line)
         if bounds and bounds["verdict"] == "FAILED":

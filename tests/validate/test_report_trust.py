@@ -259,3 +259,19 @@ def test_every_dcgmi_diagnostic_in_a_file_is_judged() -> None:
         f"line {start}: a diagnostic begins before the table above it closed: that dcgmi died or was cut"
     ]
     assert parse_diag(DIAG_PASS_TEXT + DIAG_PASS_TEXT).problems == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # The published header lines, each cut short (the mutation under test).
+        ("minBytes 8 maxBytes 8589934592 step: 2(factor)", "minBytes 8 maxBytes"),
+        ("#  Rank 15 Group  0 Pid   6740 on ztan-mig-gq73 device  7", "#  Rank 15 Group  0 Pid"),
+    ],
+)
+def test_a_header_line_that_cannot_be_read_fails_naming_its_line(old: str, new: str) -> None:
+    assert old in H100_TEXT
+    (run,) = parse_nccl(H100_TEXT.replace(old, new))
+    assert any(
+        problem.startswith("line ") and "unreadable header line" in problem for problem in run.problems
+    )
