@@ -42,7 +42,8 @@ from types import FrameType
 from gpuforge.errors import GpuforgeError
 from gpuforge.hardware import InstanceType
 from gpuforge.node.context import expects_efa
-from gpuforge.node.slurm import REASON_PREFIX, clean_reason, drain_argv
+from gpuforge.node.runner import CommandResult
+from gpuforge.node.slurm import REASON_PREFIX, SlurmError, clean_reason, drain_unless_drained
 from gpuforge.validate.dcgm import parse_diag
 from gpuforge.validate.floors import CLUSTER_NODES, Floors
 from gpuforge.validate.report import DiagVerdict, NcclVerdict, Report, judge_nccl
@@ -78,21 +79,26 @@ class Slurm:
     step_timeout_s: float = 900.0
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
-    def run(self, argv: Sequence[str], *, timeout: float = 60.0) -> str:
+    def command(self, argv: Sequence[str], *, timeout: float = 60.0) -> CommandResult:
+        """One Slurm command's result, never an exception: the node agent's Runner, so that the
+        drain of `validate --drain` is the node agent's own (gpuforge.node.slurm.drain_unless_drained)."""
         try:
             done = subprocess.run(
                 [*self.prefix, *argv], capture_output=True, text=True, timeout=timeout, check=False
             )
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise ValidateError(
-                f"`{' '.join(argv)}` did not complete: {error}. Fix: run where Slurm's client works."
-            ) from None
-        if done.returncode != 0:
-            raise ValidateError(
-                f"`{' '.join(argv)}` exited {done.returncode}: {done.stderr.strip()}. "
-                "Fix: check that slurmctld answers (`scontrol ping`)."
-            )
-        return done.stdout
+        except OSError:
+            return CommandResult(tuple(argv), None, missing=True)
+        except subprocess.TimeoutExpired:
+            return CommandResult(tuple(argv), None, timed_out=True)
+        return CommandResult(tuple(argv), done.returncode, done.stdout, done.stderr)
+
+    def run(self, argv: Sequence[str], *, timeout: float = 60.0) -> str:
+        result = self.command(argv, timeout=timeout)
+        if result.missing or result.timed_out:
+            raise ValidateError(f"{result.failure()}. Fix: run where Slurm's client works.")
+        if not result.ok:
+            raise ValidateError(f"{result.failure()}. Fix: check that slurmctld answers (`scontrol ping`).")
+        return result.stdout
 
     def steps(self, commands: Sequence[Sequence[str]], what: str) -> list[tuple[str, str | None]]:
         """Run `commands` at once; per command (stdout, problem or None), with a progress line as each ends."""
@@ -363,7 +369,10 @@ def _judged(file: str, text: str, problem: str | None, plan: Plan, nodes: int) -
 
 
 def drain_failed(slurm: Slurm, report: Report) -> list[str]:
-    """Drain every slow node and every node whose diag failed, with a reason naming the check."""
+    """Drain every slow node and every node whose diag failed, with a reason naming the check.
+
+    Through the node agent's drain: a node already drained (by gpuforge, an alert or an
+    administrator) keeps its drain and reason. Returns the nodes this call drained."""
     reasons: dict[str, str] = {}
     floor = report.floors.floor(2)
     for node in report.slow_nodes:
@@ -372,9 +381,17 @@ def drain_failed(slurm: Slurm, report: Report) -> list[str]:
         if not item.passed:
             node = item.file.removeprefix("diag:")
             reasons.setdefault(node, f"{REASON_PREFIX} validate: dcgmi diag: {item.run.problems[0]}")
+    drained = []
     for node, reason in sorted(reasons.items()):
-        slurm.run(list(drain_argv(node, clean_reason(reason))))
-    return sorted(reasons)
+        try:
+            left_alone = drain_unless_drained(slurm.command, node, clean_reason(reason))
+        except SlurmError as error:
+            raise ValidateError(str(error)) from None
+        if left_alone is None:
+            drained.append(node)
+        else:
+            slurm.progress(f"validate: {node} is drained already ({left_alone.reason}); left as it is")
+    return drained
 
 
 def _slow_reason(report: Report, node: str, floor: float) -> str:

@@ -202,6 +202,26 @@ def test_a_slow_node_cannot_hide_in_a_large_run_and_only_it_is_drained(
     marker.unlink()
 
 
+def test_a_node_drained_meanwhile_keeps_its_drain_and_reason(
+    cluster: tuple[SlurmTestCluster, Slurm, list[str]],
+) -> None:
+    # One drain path: validate --drain, like the node agent and the alert receiver, never writes over
+    # a drain someone else (an administrator, an alert) made while the acceptance ran.
+    test_cluster, slurm, progress = cluster
+    nodes = _whole_cluster(test_cluster, slurm)
+    slow = _name(test_cluster, 3)
+    marker = _mark(test_cluster, "slow", slow)
+    report = run_acceptance(slurm, _plan(test_cluster, nodes))
+    assert report.slow_nodes == (slow,)
+    slurm.run(["scontrol", "update", f"NodeName={slow}", "State=DRAIN", "Reason=admin: cable swap"])
+    progress.clear()
+    assert drain_failed(slurm, report) == []
+    assert _drained(slurm) == {slow: "admin: cable swap"}
+    assert any(f"{slow} is drained already (admin: cable swap)" in line for line in progress)
+    _resume(test_cluster, slurm, [slow])
+    marker.unlink()
+
+
 def test_a_node_that_falls_back_to_sockets_is_found_and_drained_naming_the_network(
     cluster: tuple[SlurmTestCluster, Slurm, list[str]],
 ) -> None:
