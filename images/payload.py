@@ -21,7 +21,8 @@ from packaging.version import Version
 from gpuforge import hardware
 from gpuforge.compat import compat, driver_cuda_major
 from gpuforge.errors import GpuforgeError
-from gpuforge.images.matrix import Matrix
+from gpuforge.images.matrix import MONITORING_KEYS, Matrix
+from gpuforge.monitoring.fields import FIELDS_FILE, field_list_csv
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS_DIR = HERE / "scripts"
@@ -30,6 +31,10 @@ PROJECT_ROOT = HERE.parent
 
 MATRIX_ENV = "matrix.env"
 SOURCE_DIR = "gpuforge-src"
+# dcgm-exporter's field list for the matrix's targets, rendered here (gpuforge.monitoring.fields) and
+# installed by 77-monitoring.sh where images/files/nvidia-dcgm-exporter-gpuforge-fields.conf points
+# dcgm-exporter (-f). One list per image: the rule monitoring.one-field-list refuses targets that differ.
+MONITORING_DIR = "monitoring"
 
 # The EFA installer puts its bundled aws-ofi-nccl (installer 1.38.0 and later) under this
 # prefix. Source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-changelog.html
@@ -55,11 +60,12 @@ PMIX_PREFIX = "/opt/pmix"
 
 
 def _tarball_values(matrix: Matrix) -> dict[str, str]:
-    """The source tarballs' pins for 45-slurm.sh, 55-nccl-tests.sh and 90-verify.sh: GPUFORGE_<KEY>,
-    _SHA256 and _URL per key (slurm, pmix, nccl_tests); empty strings for a key the matrix leaves out."""
-    pinned = dict(matrix.source_tarballs)
+    """The downloaded tarballs' pins for 45-slurm.sh, 55-nccl-tests.sh, 77-monitoring.sh and 90-verify.sh:
+    GPUFORGE_<KEY>, _SHA256 and _URL per key (slurm, pmix, nccl_tests, node_exporter, prometheus,
+    alertmanager); empty strings for a key the matrix leaves out."""
+    pinned = dict(matrix.downloads)
     values = {"GPUFORGE_PMIX_PREFIX": PMIX_PREFIX}
-    for key in ("slurm", "pmix", "nccl_tests"):
+    for key in ("slurm", "pmix", "nccl_tests", *MONITORING_KEYS):
         pin, name = pinned.get(key), f"GPUFORGE_{key.upper()}"
         values |= {
             name: pin.version if pin else "",
@@ -164,10 +170,24 @@ def copy_source(dest: Path, root: Path = PROJECT_ROOT) -> None:
         shutil.copytree(root / folder, dest / folder, ignore=skip)
 
 
+def dcgm_field_list(matrix: Matrix) -> str:
+    """dcgm-exporter's CSV for the matrix's targets; the first target's stands for all (monitoring.one-field-list)."""
+    rendered = field_list_csv(hardware.get(matrix.targets[0]), cluster=matrix.name)
+    rows = rendered.split("\n", 1)[1]  # the renderer's first line names a cluster; an image serves many
+    header = (
+        f"# {FIELDS_FILE} of image matrix {matrix.name} {matrix.version}, rendered by gpuforge for its targets "
+        f"({', '.join(matrix.targets)})\n"
+    )
+    return header + rows
+
+
 def write_payload(payload: Path, matrix: Matrix, digest: str) -> None:
-    """Fill `payload` (a new folder) with the scripts, matrix.env, unit files and gpuforge's source."""
+    """Fill `payload` (a new folder) with the scripts, matrix.env, unit files, dcgm-exporter's field list
+    and gpuforge's source."""
     payload.mkdir(parents=True)
     (payload / MATRIX_ENV).write_text(matrix_env(matrix_values(matrix, digest)), encoding="utf-8")
+    (payload / MONITORING_DIR).mkdir()
+    (payload / MONITORING_DIR / FIELDS_FILE).write_text(dcgm_field_list(matrix), encoding="utf-8")
     shutil.copytree(SCRIPTS_DIR, payload / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
     for script in (payload / "scripts").glob("*.sh"):
         script.chmod(0o755)

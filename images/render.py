@@ -77,6 +77,7 @@ STEPS: tuple[str, ...] = (
     "60-lustre.sh",
     "70-container-toolkit.sh",
     "75-dcgm.sh",
+    "77-monitoring.sh",
     "80-system.sh",
     "85-gpuforge.sh",
     "90-verify.sh",

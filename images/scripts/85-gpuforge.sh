@@ -28,6 +28,11 @@ gpuforge --version
 for unit in "$GPUFORGE_PAYLOAD"/files/*; do
     [[ -e "$unit" ]] || continue
     case "$unit" in
+    */gpuforge-prometheus.service | */gpuforge-alertmanager.service)
+        # The controller's daemons: installed on every node, never enabled here. The controller's user
+        # data writes their configuration into /etc/gpuforge/monitoring and enables them.
+        install -m 0644 "$unit" "/etc/systemd/system/$(basename "$unit")"
+        ;;
     *.service | *.timer)
         install -m 0644 "$unit" "/etc/systemd/system/$(basename "$unit")"
         systemctl enable "$(basename "$unit")"

@@ -244,6 +244,46 @@ check_slurm() {
     if ((!ok)); then unset 'found[slurm]'; fi
 }
 
+# The monitoring daemons the matrix pins: each binary reports the pinned release, is linked where the
+# units start it, and has its user; node_exporter's unit is enabled, the controller's two are installed
+# and disabled (the controller's user data enables them); dcgm-exporter reads gpuforge's field list.
+# They are not manifest components (gpuforge/node/manifest.py refuses keys it does not know); the AMI's
+# tags record their versions (gpuforge:node-exporter, gpuforge:prometheus, gpuforge:alertmanager).
+# Prometheus's builds print "<program>, version <version> (branch: ..., revision: ...)" first
+# (prometheus/common version.Print, the --version of every Prometheus project binary).
+check_monitoring() {
+    local -A pins=([node_exporter]="$GPUFORGE_NODE_EXPORTER" [prometheus]="$GPUFORGE_PROMETHEUS"
+        [alertmanager]="$GPUFORGE_ALERTMANAGER")
+    local name binary prefix reported link unit state want
+    [[ -s "$ROOT$DCGM_FIELDS_FILE" ]] || fail dcgm_exporter "no field list at $DCGM_FIELDS_FILE (77-monitoring.sh installs it)"
+    grep -qx "ExecStart=/usr/bin/dcgm-exporter -f $DCGM_FIELDS_FILE" \
+        "$ROOT/etc/systemd/system/nvidia-dcgm-exporter.service.d/gpuforge-fields.conf" 2>/dev/null ||
+        fail dcgm_exporter "nvidia-dcgm-exporter.service is not pointed at $DCGM_FIELDS_FILE (drop-in gpuforge-fields.conf)"
+    for name in "${MONITORING_DAEMONS[@]}"; do
+        [[ -n "${pins[$name]}" ]] || continue
+        prefix="$(monitoring_prefix "$name" "${pins[$name]}")"
+        for binary in ${MONITORING_BINARIES[$name]}; do
+            # Through PATH (/usr/local/bin first, as under sudo), then the link is checked to be the pinned one.
+            reported="$("$binary" --version 2>&1 | head -n 1)" || true
+            if [[ "$reported" != "$binary, version ${pins[$name]} "* ]]; then
+                fail "$name" "$prefix/$binary --version reports '${reported:-nothing}', the matrix pins $name ${pins[$name]}"
+            fi
+            link="$(readlink "$ROOT/usr/local/bin/$binary" 2>/dev/null)" || true
+            if [[ "$link" != "$prefix/$binary" ]]; then
+                fail "$name" "/usr/local/bin/$binary points at '${link:-nothing}', not $prefix/$binary"
+            fi
+        done
+        getent passwd "${MONITORING_USERS[$name]}" >/dev/null 2>&1 ||
+            fail "$name" "there is no ${MONITORING_USERS[$name]} user to run it"
+        unit="gpuforge-${name//_/-}.service"
+        want=disabled
+        [[ "$name" == node_exporter ]] && want=enabled
+        state="$(systemctl is-enabled "$unit" 2>/dev/null || true)"
+        [[ "$state" == "$want" ]] || fail "$name" "$unit is '${state:-not installed}', the image installs it $want"
+    done
+    return 0
+}
+
 check_holds() {
     local package
     [[ -r "$PINNED_LIST" ]] || {
@@ -300,6 +340,7 @@ check_ofi
 check_rest
 check_slurm
 check_nccl_tests
+check_monitoring
 check_holds
 
 if ((${#failures[@]})); then

@@ -260,3 +260,17 @@ module_flavour() {
 ld_path() {
     { ldconfig -p 2>/dev/null || true; } | awk -v lib="$1" '$1 == lib { print $NF; exit }'
 }
+
+# --- monitoring (77-monitoring.sh, 90-verify.sh, images/files/gpuforge-*.service) -------------
+
+MONITORING_DAEMONS=(node_exporter prometheus alertmanager)
+declare -A MONITORING_BINARIES=([node_exporter]="node_exporter" [prometheus]="prometheus promtool"
+    [alertmanager]="alertmanager amtool")
+declare -A MONITORING_USERS=([node_exporter]="node-exporter" [prometheus]="prometheus"
+    [alertmanager]="alertmanager")
+# The controller's user data writes prometheus.yml, prometheus.flags, alertmanager.yml and rules/ here
+# (what `gpuforge monitoring render --out` writes); gpuforge-prometheus.service and
+# gpuforge-alertmanager.service start only where those files exist.
+MONITORING_CONFIG_DIR="/etc/gpuforge/monitoring"
+DCGM_FIELDS_FILE="/etc/gpuforge/dcgm-exporter-fields.csv"
+monitoring_prefix() { echo "/opt/gpuforge/$1-$2"; }

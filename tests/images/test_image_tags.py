@@ -66,7 +66,14 @@ def test_a_matrix_without_slurm_carries_no_slurm_or_pmix_tag(tmp_path: Path) -> 
     matrix, digest = load_valid(write_matrix(tmp_path, data))
     tags = ami_tags(matrix, digest)
     assert "gpuforge:slurm" not in tags and "gpuforge:pmix" not in tags and "gpuforge:nccl-tests" not in tags
-    assert list(component_versions(matrix))[-2:] == ["dcgm", "dcgm-exporter"]
+    # the monitoring daemons follow dcgm-exporter whether or not Slurm is pinned
+    assert list(component_versions(matrix))[-5:] == [
+        "dcgm",
+        "dcgm-exporter",
+        "node-exporter",
+        "prometheus",
+        "alertmanager",
+    ]
 
 
 def test_compare_tags_reports_missing_wrong_and_unexpected_gpuforge_tags_only() -> None:

@@ -39,6 +39,12 @@ REPLAYED = (
     "apt-mark",
     "slurmd",
     "getent",
+    # the monitoring daemons' binaries, for their --version (images/scripts/77-monitoring.sh)
+    "node_exporter",
+    "prometheus",
+    "promtool",
+    "alertmanager",
+    "amtool",
 )
 REPLAYER = """#!/usr/bin/env bash
 key="$(basename "$0")"
