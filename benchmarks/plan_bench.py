@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,68 @@ import pulumi_aws as aws
 count = pulumi.Config("bench").require_int("count")
 for index in range(count):
     aws.ec2.PlacementGroup(f"bare-{index}", strategy="cluster", tags={"bench": str(index)})
+"""
+
+# The same nodes written by hand with typed pulumi-aws classes and no gpuforge code: what a
+# user would write for fixed p5.48xlarge instances (one primary interface and 32 EFA-only
+# interfaces on a launch template, a cluster placement group, one aws.ec2.Instance per node
+# under a component). Each node adds the same one Instance as gpuforge's `instances` mode, so
+# the difference between two sizes is the typed program's cost per node.
+TYPED_PROGRAM = """
+import pulumi
+import pulumi_aws as aws
+
+count = pulumi.Config("bench").require_int("count")
+tags = {"gpuforge:cluster": "bench", "ManagedBy": "pulumi"}
+
+
+class Nodes(pulumi.ComponentResource):
+    def __init__(self, name):
+        super().__init__("bench:index:Nodes", name)
+        child = pulumi.ResourceOptions(parent=self)
+        vpc = aws.ec2.Vpc("vpc", cidr_block="10.0.0.0/16", opts=child)
+        subnet = aws.ec2.Subnet("subnet", vpc_id=vpc.id, cidr_block="10.0.0.0/20", opts=child)
+        group = aws.ec2.SecurityGroup("efa", vpc_id=vpc.id, opts=child)
+        placement = aws.ec2.PlacementGroup("placement", strategy="cluster", opts=child)
+        interfaces = [
+            aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                network_card_index=card,
+                device_index=1 if card == 0 and efa else 0,
+                interface_type="efa-only" if efa else "interface",
+                subnet_id=subnet.id,
+                security_groups=[group.id],
+                delete_on_termination="true",
+                associate_public_ip_address=None if efa else "false",
+            )
+            for card, efa in [(0, False), *((card, True) for card in range(32))]
+        ]
+        template = aws.ec2.LaunchTemplate(
+            "lt",
+            image_id="ami-0be9c4f1a2b3c4d5e",
+            instance_type="p5.48xlarge",
+            network_interfaces=interfaces,
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
+            ),
+            tags=tags,
+            opts=child,
+        )
+        version = template.latest_version.apply(str)
+        nodes = [
+            aws.ec2.Instance(
+                f"node-{index}",
+                launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=template.id, version=version),
+                placement_group=placement.id,
+                tags={**tags, "Name": f"node-{index}"},
+                opts=child,
+            )
+            for index in range(count)
+        ]
+        self.ids = pulumi.Output.all(*(node.id for node in nodes)).apply(list)
+        self.register_outputs({"ids": self.ids})
+
+
+pulumi.export("ids", Nodes("bench").ids)
 """
 
 
@@ -104,6 +167,9 @@ def _prepare(workdir: Path, sizes: list[int], modes: list[str]) -> tuple[Path, P
     baseline = workdir / "baseline" / "__main__.py"
     baseline.parent.mkdir()
     baseline.write_text(BASELINE_PROGRAM, encoding="utf-8")
+    typed = workdir / "typed" / "__main__.py"
+    typed.parent.mkdir()
+    typed.write_text(TYPED_PROGRAM, encoding="utf-8")
     return stack_dir, baseline
 
 
@@ -157,6 +223,46 @@ def _child_baseline(program: Path, count: int) -> dict[str, Any]:
     return {"resources": resources, "wall_s": wall, "peak_mib": peak / 2**20}
 
 
+def _cpu_seconds(call: Any, repeat: int) -> float:
+    """The median CPU time of `repeat` calls after one warm-up: CPU time, not wall time, so that
+    the other users of a shared machine inflate it less."""
+    call()
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        start = time.process_time()
+        call()
+        times.append(time.process_time() - start)
+    return statistics.median(times)
+
+
+def _child_margin(stack_dir: Path, typed: Path, nodes: int, repeat: int) -> dict[str, Any]:
+    """CPU seconds of a whole plan (config, program, policies) and of the typed program, at `nodes`."""
+    from gpuforge.plan.run import run_program
+    from gpuforge.plan.stack_plan import plan
+
+    plan(stack_dir, _stack_name(1, "instances"))  # imports and first use
+    planned = _cpu_seconds(lambda: plan(stack_dir, _stack_name(nodes, "instances")), repeat)
+    config = {"bench:count": str(nodes), "aws:region": REGION}
+    hand = _cpu_seconds(
+        lambda: run_program(typed, project=PROJECT, stack="typed", config=config, region=REGION), repeat
+    )
+    return {"plan_s": planned, "typed_s": hand}
+
+
+def _margin(stack_dir: Path, sizes: list[int], repeat: int) -> None:
+    """Plan against the hand-written typed program: per added node (the margin) and whole."""
+    typed = stack_dir.parent / "typed" / "__main__.py"
+    low, high = (_in_child("margin", str(stack_dir), str(typed), str(nodes), str(repeat)) for nodes in sizes)
+    margin = (high["plan_s"] - low["plan_s"]) / (high["typed_s"] - low["typed_s"])
+    print(
+        f"instances {sizes[0]} -> {sizes[1]} nodes, median CPU s of {repeat}: plan {low['plan_s']:.3f} -> "
+        f"{high['plan_s']:.3f}, typed pulumi-aws {low['typed_s']:.3f} -> {high['typed_s']:.3f}; "
+        f"margin {margin:.2f}x, whole at {sizes[1]} nodes {high['plan_s'] / high['typed_s']:.2f}x",
+        flush=True,
+    )
+
+
 def _in_child(*args: str) -> dict[str, Any]:
     """Run one measurement in a fresh interpreter, so no case inherits another's heap or caches."""
     completed = subprocess.run(
@@ -174,6 +280,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", default="8,64,512,2048", help="comma-separated node counts")
     parser.add_argument("--modes", default="asg,instances", help="comma-separated node modes")
+    parser.add_argument(
+        "--margin",
+        help="two node counts A,B: compare plan with the typed pulumi-aws program between them, instead of the table",
+    )
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs per case for --margin (median)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -181,9 +292,18 @@ def main() -> int:
         kind, *rest = args.child
         if kind == "plan":
             figures = _child_plan(Path(rest[0]), int(rest[1]), rest[2])
+        elif kind == "margin":
+            figures = _child_margin(Path(rest[0]), Path(rest[1]), int(rest[2]), int(rest[3]))
         else:
             figures = _child_baseline(Path(rest[0]), int(rest[1]))
         print(json.dumps(figures))
+        return 0
+
+    if args.margin:
+        low, high = (int(value) for value in args.margin.split(","))
+        with tempfile.TemporaryDirectory(prefix="gpuforge-bench-") as temp:
+            stack_dir, _ = _prepare(Path(temp), [low, high], ["instances"])
+            _margin(stack_dir, [low, high], args.repeat)
         return 0
 
     sizes = [int(value) for value in args.nodes.split(",")]

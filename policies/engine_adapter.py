@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import enum
 import importlib.metadata
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NoReturn
 
 import pulumi
-from google.protobuf import struct_pb2
+import pulumi_policy.policy
+from google.protobuf import json_format, struct_pb2
+from google.protobuf.message import Message
 from pulumi.output import Unknown as SdkUnknown
 from pulumi.runtime import proto
 from pulumi_policy import EnforcementLevel, Policy
@@ -158,11 +161,55 @@ class Analyzer:
 
     def analyze(self, resource: WireResource) -> list[Diagnostic]:
         """Run every resource policy on one resource, as `pulumi preview` does for each registration."""
-        return diagnostics(self._servicer.Analyze(analyze_request(resource), None))
+        with _each_message_converted_once():
+            return diagnostics(self._servicer.Analyze(analyze_request(resource), None))
 
     def analyze_stack(self, resources: Sequence[WireResource]) -> list[Diagnostic]:
         """Run every stack policy once over all resources, as the engine does at the end of a run."""
-        return diagnostics(self._servicer.AnalyzeStack(analyze_stack_request(resources), None))
+        with _each_message_converted_once():
+            return diagnostics(self._servicer.AnalyzeStack(analyze_stack_request(resources), None))
+
+
+class _ConvertedOnce:
+    """`json_format` as pulumi_policy's analyzer sees it during one request: each message converted once.
+
+    The analyzer converts a resource's properties from protobuf again for every policy it
+    runs (`deserialize_properties(json_format.MessageToDict(...))` inside its policy loop), so
+    each policy added to the pack added a conversion of every resource: 20 of each at 20
+    policies, most of the pack's time on a large stack. The request does not change during
+    the call and `deserialize_properties` builds new containers without changing its input,
+    so handing every policy the one conversion gives each the same props as before.
+    """
+
+    def __init__(self) -> None:
+        # id -> (message, its dict): the message is held, so its id is not reused meanwhile.
+        self._converted: dict[int, tuple[Message, dict[str, Any]]] = {}
+
+    def MessageToDict(self, message: Message, **options: Any) -> dict[str, Any]:
+        if options:
+            converted: dict[str, Any] = json_format.MessageToDict(message, **options)
+            return converted
+        held = self._converted.get(id(message))
+        if held is None or held[0] is not message:
+            held = (message, json_format.MessageToDict(message))
+            self._converted[id(message)] = held
+        return held[1]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(json_format, name)
+
+
+@contextmanager
+def _each_message_converted_once() -> Iterator[None]:
+    """pulumi_policy's analyzer module reads `json_format` through its module global (at the
+    pinned version, `check_version`); it is swapped for the duration of one request."""
+    module: Any = pulumi_policy.policy
+    real = module.json_format
+    module.json_format = _ConvertedOnce()
+    try:
+        yield
+    finally:
+        module.json_format = real
 
 
 # The engine's requests. They are public protobuf messages; the same requests reach a

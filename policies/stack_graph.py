@@ -15,7 +15,7 @@ rule that needs it stops with the engine's "can't run during preview" advisory.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pulumi_policy import PolicyResource
@@ -62,6 +62,17 @@ class StackGraph:
         self._by_type: dict[str, list[PolicyResource]] = {}
         for resource in self.resources:
             self._by_type.setdefault(resource.resource_type, []).append(resource)
+        self._template_refs: dict[tuple[str, str], Refs] = {}
+
+    def template_refs(self, template: PolicyResource, what: str, compute: Callable[[], Refs]) -> Refs:
+        """`compute()` once per launch template and `what`: every instance launched from one
+        template shares its interfaces, so reading its 32 interfaces again for each of 2,048
+        instances made the stack policies quadratic in practice. A graph lives for one
+        policy's call, when no resource changes, so a remembered answer is never stale."""
+        key = (template.urn, what)
+        if key not in self._template_refs:
+            self._template_refs[key] = compute()
+        return self._template_refs[key]
 
     def _in_stack_order(self, resources: Iterable[PolicyResource]) -> list[PolicyResource]:
         inside = [resource for resource in resources if resource.urn in self._position]
@@ -193,14 +204,19 @@ def node_subnets(graph: StackGraph, node: Node) -> Refs:
     if is_set(text(at(node.launcher.props, "subnetId"))):
         value = text(at(node.launcher.props, "subnetId"))
         return graph.refs(node.launcher, "subnetId", [value], (aws_types.SUBNET,))
-    if node.template is None:
+    template = node.template
+    if template is None:
         return Refs((), (), False)
+    return graph.template_refs(template, "subnets", lambda: _template_subnets(graph, template))
+
+
+def _template_subnets(graph: StackGraph, template: PolicyResource) -> Refs:
     values = [
         value
-        for interface in items(at(node.template.props, "networkInterfaces"))
+        for interface in items(at(template.props, "networkInterfaces"))
         if (value := text(at(interface, "subnetId"))) is not None
     ]
-    return graph.refs(node.template, "networkInterfaces", values, (aws_types.SUBNET,))
+    return graph.refs(template, "networkInterfaces", values, (aws_types.SUBNET,))
 
 
 def node_security_groups(graph: StackGraph, node: Node) -> Refs:
@@ -210,15 +226,26 @@ def node_security_groups(graph: StackGraph, node: Node) -> Refs:
         for prop in ("vpcSecurityGroupIds", "securityGroups"):
             values = texts(at(node.launcher.props, prop))
             refs.append(graph.refs(node.launcher, prop, values, (aws_types.SECURITY_GROUP,), ("id", "name")))
-    if node.template is not None:
-        interfaces = items(at(node.template.props, "networkInterfaces"))
-        values = [group for interface in interfaces for group in texts(at(interface, "securityGroups"))]
-        if any(interface is UNKNOWN for interface in interfaces):
-            values.append(UNKNOWN)
-        refs.append(graph.refs(node.template, "networkInterfaces", values, (aws_types.SECURITY_GROUP,)))
-        values = texts(at(node.template.props, "vpcSecurityGroupIds"))
-        refs.append(graph.refs(node.template, "vpcSecurityGroupIds", values, (aws_types.SECURITY_GROUP,)))
+    template = node.template
+    if template is not None:
+        refs.append(
+            graph.template_refs(
+                template, "security groups", lambda: _template_security_groups(graph, template)
+            )
+        )
     return merge(refs)
+
+
+def _template_security_groups(graph: StackGraph, template: PolicyResource) -> Refs:
+    interfaces = items(at(template.props, "networkInterfaces"))
+    values = [group for interface in interfaces for group in texts(at(interface, "securityGroups"))]
+    if any(interface is UNKNOWN for interface in interfaces):
+        values.append(UNKNOWN)
+    by_interface = graph.refs(template, "networkInterfaces", values, (aws_types.SECURITY_GROUP,))
+    values = texts(at(template.props, "vpcSecurityGroupIds"))
+    return merge(
+        [by_interface, graph.refs(template, "vpcSecurityGroupIds", values, (aws_types.SECURITY_GROUP,))]
+    )
 
 
 def bucket_settings(graph: StackGraph, bucket: PolicyResource, types: Sequence[str]) -> list[PolicyResource]:
