@@ -347,3 +347,68 @@ def test_the_real_alertmanager_and_node_exporter_take_the_units_flags() -> None:
         assert done.returncode == 0 and ", version " in done.stdout + done.stderr, (unit, done.stderr)
         bogus = _parses(binary, [*_exec_start(unit), "--no.such.flag"])
         assert "unknown long flag '--no.such.flag'" in bogus.stderr
+
+
+# --- the verification step ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def p5_payload(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    matrix, digest = load_valid(MATRICES / "p5-h100-cuda12.yaml")
+    out = tmp_path_factory.mktemp("render") / "out"
+    return render(matrix, digest, RenderOptions(region="us-east-1", imds=False), out).payload
+
+
+def _verify_with(payload: Path, tmp_path: Path, change: Any) -> subprocess.CompletedProcess[str]:
+    from test_image_verify_script import _recording, _verify
+
+    node = _recording()
+    change(node)
+    done, _, _ = _verify(payload, node, tmp_path)
+    return done
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            lambda node: node["commands"].update(
+                {"promtool --version": "promtool, version 3.4.2 (branch: HEAD, revision: x)\n"}
+            ),
+            "prometheus: /opt/gpuforge/prometheus-3.5.0/promtool --version reports 'promtool, version 3.4.2 "
+            "(branch: HEAD, revision: x)', the matrix pins prometheus 3.5.0",
+        ),
+        (
+            lambda node: node["links"].update({"usr/local/bin/alertmanager": "/usr/bin/alertmanager"}),
+            "alertmanager: /usr/local/bin/alertmanager points at '/usr/bin/alertmanager', not "
+            "/opt/gpuforge/alertmanager-0.28.1/alertmanager",
+        ),
+        (
+            lambda node: node["commands"].update(
+                {"systemctl is-enabled gpuforge-prometheus.service": "enabled\n"}
+            ),
+            "prometheus: gpuforge-prometheus.service is 'enabled', the image installs it disabled",
+        ),
+        (
+            lambda node: node["commands"].pop("systemctl is-enabled gpuforge-node-exporter.service"),
+            "node_exporter: gpuforge-node-exporter.service is 'not installed', the image installs it enabled",
+        ),
+        (
+            lambda node: node["commands"].pop("getent passwd node-exporter"),
+            "node_exporter: there is no node-exporter user to run it",
+        ),
+        (
+            lambda node: node["files"].pop(
+                "etc/systemd/system/nvidia-dcgm-exporter.service.d/gpuforge-fields.conf"
+            ),
+            "dcgm_exporter: nvidia-dcgm-exporter.service is not pointed at /etc/gpuforge/dcgm-exporter-fields.csv",
+        ),
+    ],
+    ids=["version", "link", "controller-unit-enabled", "node-exporter-not-enabled", "user", "fields-dropin"],
+)
+def test_verification_reports_a_monitoring_difference(
+    p5_payload: Path, tmp_path: Path, change: Any, expected: str
+) -> None:
+    done = _verify_with(p5_payload, tmp_path, change)
+    assert done.returncode == 1
+    assert f"gpuforge: verify: {expected}" in done.stderr
