@@ -1,8 +1,9 @@
 """`gpuforge monitoring render STACK_DIR --stack NAME --out DIR`.
 
 Writes the controller's metrics configuration for the stack's cluster: prometheus.yml,
-prometheus.flags, alertmanager.yml, rules/gpuforge-alerts.yml, rules/gpuforge-usage.yml and
-dcgm-exporter-fields.csv (the GPU nodes' field list). Dashboards are not rendered yet.
+prometheus.flags, alertmanager.yml, rules/gpuforge-alerts.yml, rules/gpuforge-usage.yml,
+dcgm-exporter-fields.csv (the GPU nodes' field list), dashboards/*.json (Grafana) and sizing.json
+(the series and memory estimate, also printed).
 Every file is rendered in memory and DIR checked before the first is written; then each is
 written atomically (gpuforge.atomic). DIR may be missing, empty, or hold only this render's
 files for the same cluster (each names its cluster on its first line): anything else stops
@@ -37,9 +38,11 @@ def register(subparsers: Any) -> None:
     commands = parser.add_subparsers(dest="monitoring_command", required=True, metavar="COMMAND")
     render = commands.add_parser(
         "render",
-        help="write prometheus.yml, prometheus.flags, alertmanager.yml, rules/*.yml and dcgm-exporter-fields.csv",
+        help="write prometheus.yml, prometheus.flags, alertmanager.yml, rules/*.yml, dcgm-exporter-fields.csv, "
+        "dashboards/*.json and sizing.json",
         description="Renders the files the stack's controller runs Prometheus and Alertmanager with, and the "
-        "GPU nodes' dcgm-exporter field list. Exit 0 when written; 2 for bad config or a folder that cannot be "
+        "GPU nodes' dcgm-exporter field list, Grafana dashboards, and an estimate of the series and memory "
+        "Prometheus needs (sizing.json, printed). Exit 0 when written; 2 for bad config or a folder that cannot be "
         "written or holds files gpuforge did not render for this cluster (nothing is written then).",
     )
     render.add_argument(
@@ -75,7 +78,8 @@ def render_set(stack_dir: Path, stack: str) -> tuple[str, dict[str, str]]:
     """(cluster name, relative path -> text) of the stack's monitoring files."""
     from gpuforge import hardware
     from gpuforge.monitoring.alertmanager import alertmanager_config
-    from gpuforge.monitoring.config import KEY, load_stack
+    from gpuforge.monitoring.config import KEY, WorkspaceRef, load_stack
+    from gpuforge.monitoring.dashboards import dashboard_files
     from gpuforge.monitoring.fields import FIELDS_FILE, field_list_csv
     from gpuforge.monitoring.prometheus import (
         DCGM_JOB,
@@ -85,6 +89,7 @@ def render_set(stack_dir: Path, stack: str) -> tuple[str, dict[str, str]]:
         serves_slurm_metrics,
     )
     from gpuforge.monitoring.rules import ALERTS_FILE, USAGE_FILE, alert_rules, recording_rules
+    from gpuforge.monitoring.sizing import SIZING_FILE, estimate, sizing_json
     from gpuforge.scheduler.render import render_files
     from gpuforge.scheduler.stack import stack_cluster
 
@@ -104,23 +109,34 @@ def render_set(stack_dir: Path, stack: str) -> tuple[str, dict[str, str]]:
     cluster = stack_cluster(config)
     slurm_conf = next(text for name, text in render_files(cluster).items() if str(name) == "slurm.conf")
     instance = hardware.get(config.instance_type)
+    slurm_metrics = serves_slurm_metrics(slurm_conf)
+    alerts = alert_rules(
+        cluster=cluster.name, gpu_count=instance.gpu_count, dcgm_job=DCGM_JOB, node_job=NODE_JOB
+    )
+    sizing = estimate(
+        instance,
+        nodes=config.node_count,
+        controller=str(config.scheduler.controller_instance_type),
+        slurm_metrics=slurm_metrics,
+        remote_write=isinstance(monitoring.remote_write, WorkspaceRef),
+    )
     files = {
         "prometheus.yml": prometheus_config(
             cluster=cluster.name,
             region=config.region,
             instance_type=config.instance_type,
             monitoring=monitoring,
-            slurmctld_port=cluster.site.slurmctld_port if serves_slurm_metrics(slurm_conf) else None,
+            slurmctld_port=cluster.site.slurmctld_port if slurm_metrics else None,
         ),
         "prometheus.flags": prometheus_flags(monitoring, cluster=cluster.name),
         "alertmanager.yml": alertmanager_config(
             cluster=cluster.name, region=config.region, monitoring=monitoring, source=config.source
         ),
-        f"{RULES_DIR}/{ALERTS_FILE}": alert_rules(
-            cluster=cluster.name, gpu_count=instance.gpu_count, dcgm_job=DCGM_JOB, node_job=NODE_JOB
-        ),
+        f"{RULES_DIR}/{ALERTS_FILE}": alerts,
         f"{RULES_DIR}/{USAGE_FILE}": recording_rules(cluster=cluster.name),
         FIELDS_FILE: field_list_csv(instance, cluster=cluster.name),
+        **dashboard_files(cluster=cluster.name, alert_rules_text=alerts),
+        SIZING_FILE: sizing_json(sizing, cluster=cluster.name),
     }
     return cluster.name, files
 
@@ -134,7 +150,11 @@ def _rendered_for(path: Path, name: str, cluster: str) -> bool:
             first = handle.read(_HEADER_BYTES).split(b"\n", 1)[0].decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return False
-    return first.startswith(f"# {Path(name).name} for cluster {cluster}, rendered by gpuforge")
+    from gpuforge.monitoring.dashboards import header_prefix
+
+    return first.startswith(
+        f"# {Path(name).name} for cluster {cluster}, rendered by gpuforge"
+    ) or first.startswith(header_prefix(Path(name).name, cluster))
 
 
 def check_out(out: Path, files: dict[str, str], cluster: str) -> None:
@@ -174,6 +194,10 @@ def _render(args: argparse.Namespace) -> int:
         target = args.out / name
         write_text_atomic(target, text)
         print(f"wrote {target}")
+    from gpuforge.monitoring.sizing import SIZING_FILE, summary
+
+    for line in summary(files[SIZING_FILE]):
+        print(line)
     return 0
 
 

@@ -16,6 +16,10 @@ EXPECTED = {
     "rules/gpuforge-alerts.yml",
     "rules/gpuforge-usage.yml",
     "dcgm-exporter-fields.csv",
+    "dashboards/gpuforge-usage.json",
+    "dashboards/gpuforge-fabric.json",
+    "dashboards/gpuforge-health.json",
+    "sizing.json",
 }
 
 
