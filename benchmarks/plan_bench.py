@@ -19,6 +19,14 @@ figures leave out imports and first-use costs. Usage, from the repository root:
 
 (-P keeps this checkout's folders off sys.path, so the installed gpuforge is imported.)
 It prints a table; it asserts nothing.
+
+With `--margin A,B [--repeat R]` it instead compares a whole `gpuforge plan` (config, program
+under the mocks, policy pack) of fixed-instances stacks of A and B nodes with TYPED_PROGRAM, the
+same nodes written by hand with typed pulumi-aws classes and run under the same mocks, and
+prints the median CPU seconds of R runs each (after a warm-up, in a fresh process per size),
+the margin ((plan B - plan A) / (typed B - typed A): the cost of one more node) and the whole
+ratio at B. CPU time, not wall time, since the machine is shared. Figures before and after
+each change are in plan_results.md beside this file.
 """
 
 from __future__ import annotations
