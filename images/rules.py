@@ -26,6 +26,7 @@ from gpuforge.compat import (
 from gpuforge.errors import Finding, InputError, Severity
 from gpuforge.images.matrix import MONITORING_KEYS, SCHEMA_SOURCE, Matrix
 from gpuforge.monitoring.fields import DATA_FILE, load_fields
+from gpuforge.monitoring.releases import monitoring_versions
 from gpuforge.regions import region_problem
 from gpuforge.scheduler.versions import (
     RENDERED_FEATURES,
@@ -1045,6 +1046,57 @@ def rule_monitoring_url_version(matrix: Matrix, data: Compat) -> Iterator[Findin
         )
 
 
+def rule_prometheus_supported(matrix: Matrix, data: Compat, today: date | None = None) -> Iterator[Finding]:
+    """The pinned Prometheus is of a long-term-support series still supported today (`today` lets tests
+    fix the date). A non-LTS minor gets fixes for 6 weeks, shorter than an image lives, so it is refused."""
+    pin = matrix.prometheus
+    version = None if pin is None else _version(pin.version)
+    if pin is None or version is None:
+        return  # monitoring.pinned or pin.exact reports it
+    table = monitoring_versions().prometheus
+    today = today or date.today()
+    series = f"{version.major}.{version.minor}"
+    current = table.current(today)
+    advice = (
+        f"pin a release of the current LTS series, {current[0]} (supported until "
+        f"{table.lts[current[0]].end_of_support})"
+        if current
+        else "no LTS series gpuforge knows is still supported; add the current one to "
+        "gpuforge/data/monitoring_versions.yaml with its source, and pin a release of it"
+    )
+    row = table.lts.get(series)
+    if row is None:
+        yield Finding(
+            "monitoring.prometheus-supported",
+            ERROR,
+            "prometheus.version",
+            f"Prometheus {pin.version} is of series {series}, not a long-term-support series: Prometheus fixes a "
+            f"non-LTS minor for {table.non_lts_support_weeks} weeks only (LTS series gpuforge knows: "
+            f"{', '.join(table.lts)}). Fix: {advice}.",
+            table.source,
+        )
+        return
+    days_left = (row.end_of_support - today).days
+    if days_left <= 0:
+        yield Finding(
+            "monitoring.prometheus-supported",
+            ERROR,
+            "prometheus.version",
+            f"Prometheus {pin.version}: LTS series {series} reached end of support on {row.end_of_support}; "
+            f"it gets no bug or security fixes. Fix: {advice}.",
+            row.source,
+        )
+    elif days_left <= table.warn_days_before_eol:
+        yield Finding(
+            "monitoring.prometheus-supported",
+            WARNING,
+            "prometheus.version",
+            f"Prometheus {pin.version}: LTS series {series} reaches end of support on {row.end_of_support} "
+            f"({days_left} days). Fix: plan the move to the next LTS series.",
+            row.source,
+        )
+
+
 def rule_monitoring_one_field_list(matrix: Matrix, data: Compat) -> Iterator[Finding]:
     """The image carries one dcgm-exporter field list (gpuforge.monitoring.fields, rendered at build time),
     so every target must collect the same fields: a matrix whose targets differ (architecture, NVLink)
@@ -1099,6 +1151,7 @@ RULES: tuple[Rule, ...] = (
     rule_slurm_features,
     rule_monitoring_pinned,
     rule_monitoring_url_version,
+    rule_prometheus_supported,
     rule_monitoring_one_field_list,
 )
 

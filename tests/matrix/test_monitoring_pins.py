@@ -4,12 +4,16 @@ a warning where a matrix with Slurm leaves one out, and one dcgm-exporter field 
 
 from __future__ import annotations
 
+from datetime import date, timedelta
 from typing import Any
 
 import pytest
 from matrix_cases import MATRICES, findings, rules, warnings
 
+from gpuforge.compat import compat
 from gpuforge.images.matrix import MONITORING_KEYS, Matrix
+from gpuforge.images.rules import rule_prometheus_supported
+from gpuforge.monitoring.releases import monitoring_versions
 
 KEYS = ("node_exporter", "prometheus", "alertmanager")
 
@@ -94,3 +98,72 @@ def test_the_digest_moves_with_a_monitoring_pin(h100: dict[str, Any]) -> None:
     before = digest(Matrix.model_validate(h100))
     h100["prometheus"]["version"] = "3.5.1"
     assert digest(Matrix.model_validate(h100)) != before
+
+
+# --- monitoring.prometheus-supported -----------------------------------------------------------
+
+
+def _pin_prometheus(data: dict[str, Any], version: str) -> None:
+    data["prometheus"]["version"] = version
+    data["prometheus"]["url"] = (
+        f"https://github.com/prometheus/prometheus/releases/download/v{version}/prometheus-{version}.linux-amd64.tar.gz"
+    )
+
+
+def _lts_findings(data: dict[str, Any], today: date) -> list[tuple[str, str, str]]:
+    matrix = Matrix.model_validate(data)
+    return [(f.rule, f.severity, f.message) for f in rule_prometheus_supported(matrix, compat(), today=today)]
+
+
+def test_the_lts_table_holds_prometheus_ios_row_for_3_5() -> None:
+    # prometheus.io release-cycle page, List of LTS releases: "Prometheus 3.5 | 2025-07-14 | 2026-07-31".
+    table = monitoring_versions().prometheus
+    assert table.lts["3.5"].end_of_support == date(2026, 7, 31)
+    assert "prometheus.io/docs/introduction/release-cycle" in table.lts["3.5"].source
+
+
+def test_every_shipped_matrix_pins_a_supported_lts_prometheus_on_2026_12_04() -> None:
+    for path in sorted(MATRICES.glob("*.yaml")):
+        data = __import__("yaml").safe_load(path.read_text(encoding="utf-8"))
+        assert _lts_findings(data, date(2026, 12, 4)) == [], path.name
+
+
+def test_a_supported_lts_passes_and_warns_near_its_end(h100: dict[str, Any]) -> None:
+    table = monitoring_versions().prometheus
+    _pin_prometheus(h100, "3.13.2")
+    end = table.lts["3.13"].end_of_support
+    assert _lts_findings(h100, end - timedelta(days=table.warn_days_before_eol + 1)) == []
+    near = _lts_findings(h100, end - timedelta(days=table.warn_days_before_eol))
+    assert [(rule, severity) for rule, severity, _ in near] == [
+        ("monitoring.prometheus-supported", "warning")
+    ]
+    assert str(end) in near[0][2]
+
+
+def test_an_lts_past_its_end_of_support_fails_naming_the_current_lts(h100: dict[str, Any]) -> None:
+    _pin_prometheus(h100, "3.5.0")
+    for today in (date(2026, 7, 31), date(2026, 12, 4)):
+        hits = _lts_findings(h100, today)
+        assert [(rule, severity) for rule, severity, _ in hits] == [
+            ("monitoring.prometheus-supported", "error")
+        ]
+        assert "2026-07-31" in hits[0][2] and "3.13" in hits[0][2]
+    # The day before: within the warning window, not yet an error.
+    assert [severity for _, severity, _ in _lts_findings(h100, date(2026, 7, 30))] == ["warning"]
+    assert rules(h100) >= {"monitoring.prometheus-supported"}  # and `matrix check` runs the rule
+
+
+@pytest.mark.parametrize("version", ["3.11.2", "3.6.0", "2.55.1"])
+def test_a_non_lts_series_fails_naming_the_current_lts(h100: dict[str, Any], version: str) -> None:
+    _pin_prometheus(h100, version)
+    hits = _lts_findings(h100, date(2026, 12, 4))
+    assert [(rule, severity) for rule, severity, _ in hits] == [("monitoring.prometheus-supported", "error")]
+    message = hits[0][2]
+    assert "not a long-term-support series" in message and "6 weeks" in message and "3.13" in message
+
+
+def test_a_prometheus_pin_that_is_not_exact_is_left_to_pin_exact(h100: dict[str, Any]) -> None:
+    h100["prometheus"]["version"] = "latest"
+    assert _lts_findings(h100, date(2026, 12, 4)) == []
+    del h100["prometheus"]
+    assert _lts_findings(h100, date(2026, 12, 4)) == []
