@@ -37,7 +37,9 @@ REQUIRED_COMPONENTS = (
     "container_toolkit",
     "dcgm",
 )
-OPTIONAL_COMPONENTS = ("nvlsm", "slurm", "pmix", "nccl_tests")  # as images/scripts/90-verify.sh writes them
+# As images/scripts/90-verify.sh writes them: each only where the matrix pins it (the monitoring
+# daemons' versions are the release builds 77-monitoring.sh installed and 90-verify.sh checked).
+OPTIONAL_COMPONENTS = ("nvlsm", "slurm", "pmix", "nccl_tests", "node_exporter", "prometheus", "alertmanager")
 KERNEL_MODULE_FLAVORS = ("open", "proprietary")
 TOP_KEYS = ("schema", "matrix", "targets", "components")
 # A matrix digest: sha256 hex as 90-verify.sh writes it (older manifests prefix it with `sha256:`).

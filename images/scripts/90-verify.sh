@@ -254,7 +254,7 @@ check_slurm() {
 check_monitoring() {
     local -A pins=([node_exporter]="$GPUFORGE_NODE_EXPORTER" [prometheus]="$GPUFORGE_PROMETHEUS"
         [alertmanager]="$GPUFORGE_ALERTMANAGER")
-    local name binary prefix reported link unit state want
+    local name binary prefix reported link unit state want ok
     [[ -s "$ROOT$DCGM_FIELDS_FILE" ]] || fail dcgm_exporter "no field list at $DCGM_FIELDS_FILE (77-monitoring.sh installs it)"
     grep -qx "ExecStart=/usr/bin/dcgm-exporter -f $DCGM_FIELDS_FILE" \
         "$ROOT/etc/systemd/system/nvidia-dcgm-exporter.service.d/gpuforge-fields.conf" 2>/dev/null ||
@@ -262,17 +262,22 @@ check_monitoring() {
     for name in "${MONITORING_DAEMONS[@]}"; do
         [[ -n "${pins[$name]}" ]] || continue
         prefix="$(monitoring_prefix "$name" "${pins[$name]}")"
+        ok=1
         for binary in ${MONITORING_BINARIES[$name]}; do
             # Through PATH (/usr/local/bin first, as under sudo), then the link is checked to be the pinned one.
             reported="$("$binary" --version 2>&1 | head -n 1)" || true
             if [[ "$reported" != "$binary, version ${pins[$name]} "* ]]; then
                 fail "$name" "$prefix/$binary --version reports '${reported:-nothing}', the matrix pins $name ${pins[$name]}"
+                ok=0
             fi
             link="$(readlink "$ROOT/usr/local/bin/$binary" 2>/dev/null)" || true
             if [[ "$link" != "$prefix/$binary" ]]; then
                 fail "$name" "/usr/local/bin/$binary points at '${link:-nothing}', not $prefix/$binary"
+                ok=0
             fi
         done
+        # The manifest records the version each binary reported and each link confirmed.
+        if ((ok)); then found[$name]="${pins[$name]}"; fi
         getent passwd "${MONITORING_USERS[$name]}" >/dev/null 2>&1 ||
             fail "$name" "there is no ${MONITORING_USERS[$name]} user to run it"
         unit="gpuforge-${name//_/-}.service"
@@ -310,6 +315,9 @@ write_manifest() {
     [[ -n "${found[slurm]:-}" ]] && keys+=(slurm)
     [[ -n "${found[pmix]:-}" ]] && keys+=(pmix)
     [[ -n "${found[nccl_tests]:-}" ]] && keys+=(nccl_tests)
+    for key in "${MONITORING_DAEMONS[@]}"; do
+        if [[ -n "${found[$key]:-}" ]]; then keys+=("$key"); fi
+    done
     {
         printf '{\n  "schema": 1,\n  "matrix": {\n'
         printf '    "name": %s,\n' "$(json_string "$GPUFORGE_MATRIX_NAME")"

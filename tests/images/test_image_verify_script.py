@@ -146,6 +146,9 @@ def test_a_node_that_matches_the_matrix_passes_and_gets_the_manifest(payload: Pa
             "slurm": "26.05.5",
             "pmix": "5.0.3",
             "nccl_tests": "2.17.6",
+            "node_exporter": "1.11.1",
+            "prometheus": "3.13.2",
+            "alertmanager": "0.33.1",
         },
     }
     # Every component value equals the matrix's pin (the AMI tags carry the same values).
@@ -154,6 +157,9 @@ def test_a_node_that_matches_the_matrix_passes_and_gets_the_manifest(payload: Pa
     assert written["components"]["slurm"] == tags["slurm"] and written["components"]["pmix"] == tags["pmix"]
     # The node agent reads what the image pipeline writes.
     assert load_manifest(manifest_path).nvidia_driver == matrix.nvidia.driver
+    assert {key: load_manifest(manifest_path).components[key] for key, _ in matrix.monitoring_tarballs} == {
+        key: pin.version for key, pin in matrix.monitoring_tarballs
+    }
     # The SBOM's package list: installed packages only (not the removed one), as dpkg-query reads them.
     listed = (root / "etc" / "gpuforge" / "packages.tsv").read_text().splitlines()
     assert f"libnccl2\t{matrix.nccl}\tamd64" in listed
@@ -387,3 +393,17 @@ def test_a_matrix_without_nccl_tests_skips_their_check_and_leaves_them_out_of_th
         "nccl_tests"
         not in json.loads((root / "etc" / "gpuforge" / "manifest.json").read_text())["components"]
     )
+
+
+def test_a_matrix_without_a_monitoring_daemon_leaves_it_out_of_the_manifest(tmp_path: Path) -> None:
+    data = load_matrix_data()
+    del data["alertmanager"]
+    matrix, digest = load_valid(write_matrix(tmp_path, data))
+    payload = render(matrix, digest, RenderOptions(region="us-east-1", imds=False), tmp_path / "out").payload
+    base = tmp_path / "node"
+    base.mkdir()
+    done, root, _ = _verify(payload, copy.deepcopy(_recording()), base)
+    assert done.returncode == 0, done.stderr
+    components = json.loads((root / "etc" / "gpuforge" / "manifest.json").read_text())["components"]
+    assert "alertmanager" not in components
+    assert (components["node_exporter"], components["prometheus"]) == ("1.11.1", "3.13.2")

@@ -56,6 +56,9 @@ def test_each_missing_component_is_named(tmp_path: Path, fixtures: Path, key: st
         ),
         (lambda d: d["components"].update(nvidia_driver=570), "'components.nvidia_driver'"),
         (lambda d: d["components"].update(nvlsm=""), "'components.nvlsm'"),
+        (lambda d: d["components"].update(prometheus="3.13.2\n"), "'components.prometheus'"),
+        (lambda d: d["components"].update(node_exporter=""), "'components.node_exporter'"),
+        (lambda d: d["components"].update(alertmanager=33), "'components.alertmanager'"),
     ],
 )
 def test_invalid_values_are_rejected_with_the_field(
@@ -65,6 +68,20 @@ def test_invalid_values_are_rejected_with_the_field(
     change(data)
     with pytest.raises(InputError, match=field):
         load_manifest(_write(tmp_path, data))
+
+
+def test_the_monitoring_daemons_versions_are_read_when_the_image_has_them(
+    tmp_path: Path, fixtures: Path
+) -> None:
+    # 90-verify.sh writes node_exporter, prometheus and alertmanager for a matrix that pins them.
+    data = _valid(fixtures)
+    data["components"].update(node_exporter="1.11.1", prometheus="3.13.2", alertmanager="0.33.1")
+    components = load_manifest(_write(tmp_path, data)).components
+    assert (components["node_exporter"], components["prometheus"], components["alertmanager"]) == (
+        "1.11.1",
+        "3.13.2",
+        "0.33.1",
+    )
 
 
 def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
