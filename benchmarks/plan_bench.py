@@ -197,7 +197,10 @@ def _child_plan(stack_dir: Path, nodes: int, mode: str) -> dict[str, Any]:
     result = plan(stack_dir, stack)
     wall = time.perf_counter() - start
     start = time.perf_counter()
-    run_policies(result.run.resources, policy_config(result.config.catalog_path or DEFAULT_CATALOG))
+    run_policies(
+        result.run.resources,
+        policy_config(result.config.catalog_path or DEFAULT_CATALOG, result.config.region),
+    )
     policies = time.perf_counter() - start
     resources = len(result.run.resources)
     del result

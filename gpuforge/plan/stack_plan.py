@@ -12,6 +12,7 @@ from gpuforge.images.catalog import DEFAULT_CATALOG
 from gpuforge.plan.run import PROGRAM, ProgramRun, load, run_stack
 from gpuforge.policies.pack import POLICIES
 from gpuforge.policies.pinned_images import CATALOG_KEY
+from gpuforge.policies.rules_ami import AMI_PINNED, REGION_KEY
 from gpuforge.policies.runner import Verdict, run_policies
 from gpuforge.stack_config import StackConfig
 
@@ -59,17 +60,24 @@ def plan(stack_dir: Path, stack: str, *, catalog: Path | None = None, isolated: 
             "cluster to show. Fix: plan a gpuforge stack, whose program exports GpuCluster.summary "
             '(`pulumi.export("summary", cluster.summary)`), such as stacks/training.'
         )
-    verdicts = run_policies(run.resources, policy_config(config.catalog_path or DEFAULT_CATALOG))
+    verdicts = run_policies(
+        run.resources, policy_config(config.catalog_path or DEFAULT_CATALOG, config.region)
+    )
     return Plan(config=config, run=run, verdicts=tuple(verdicts))
 
 
-def policy_config(catalog: Path) -> dict[str, Any]:
-    """The policy pack's config for this plan: the AMI rules read the catalog the program resolved from.
+def policy_config(catalog: Path, region: str | None) -> dict[str, Any]:
+    """The policy pack's config for this plan: the AMI rules read the catalog the program resolved from,
+    and ami-pinned the region the program deploys to (an AMI catalogued for another region is refused).
 
-    Under `pulumi preview` the same is `--policy-pack-config` with `catalogPath` for these policies.
+    Under `pulumi preview` the same is `--policy-pack-config` with `catalogPath` for these policies,
+    and ami-pinned reads the region from each resource's provider.
     """
-    return {
+    config: dict[str, Any] = {
         policy.name: {CATALOG_KEY: str(catalog)}
         for policy in POLICIES
         if policy.config_schema is not None and CATALOG_KEY in policy.config_schema.properties
     }
+    if region is not None:
+        config[AMI_PINNED.name] = {**config.get(AMI_PINNED.name, {}), REGION_KEY: region}
+    return config

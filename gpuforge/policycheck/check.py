@@ -25,7 +25,7 @@ from gpuforge.plan.run import ProgramRun, stack_program
 from gpuforge.plan.stack_plan import policy_config
 from gpuforge.policies.node_settings import AMI_FIELD
 from gpuforge.policies.pinned_images import DEFAULT_MATRICES, ImageSources
-from gpuforge.policies.rules_ami import AMI_PINNED, REGION_KEY
+from gpuforge.policies.rules_ami import AMI_PINNED
 from gpuforge.policies.runner import Verdict, run_policies
 from gpuforge.policycheck.answers import MockAnswers, load_answers
 from gpuforge.policycheck.channel import CatalogedAmiWire, ChildFailed, ChildRecord, ChildRequest, run_child
@@ -100,10 +100,7 @@ def check(
         catalogued=catalogued_amis(catalog_data, sources.matrices()),
         answers=answers,
     )
-    config = policy_config(catalog_path)
-    # The program's region: ami-pinned refuses an AMI the catalog records for another region only.
-    config[AMI_PINNED.name] = {**config.get(AMI_PINNED.name, {}), REGION_KEY: project.region}
-    verdicts = run_policies(run.resources, config)
+    verdicts = run_policies(run.resources, policy_config(catalog_path, project.region))
     return PolicyCheck(
         project=project,
         catalog=catalog_path,

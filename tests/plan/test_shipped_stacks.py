@@ -11,7 +11,8 @@ from gpuforge import hardware
 from gpuforge.errors import InputError
 from gpuforge.images.catalog import Catalog
 from gpuforge.images.matrix import load_valid
-from gpuforge.plan.stack_plan import plan
+from gpuforge.plan.stack_plan import plan, policy_config
+from gpuforge.policies.runner import run_policies
 from gpuforge.stack_config import load_stack_config
 
 
@@ -114,3 +115,16 @@ def test_catalog_override_replaces_the_config_s_catalog(
     with pytest.raises(InputError, match="has no AMI"):
         plan(stack_dir, "p5-prod")
     assert plan(stack_dir, "p5-prod", catalog=catalog_path).mandatory_failures == ()
+
+
+def test_plan_tells_ami_pinned_the_stack_s_region(catalog_path: Path) -> None:
+    # The same config `policy check` gives ami-pinned: the resources of a stack planned for its own
+    # region pass, and the same resources judged for a region the catalog has no record for do not.
+    result = plan(STACK_DIR, "p5-prod", catalog=catalog_path)
+    config = load_stack_config(STACK_DIR, "p5-prod")
+    assert policy_config(catalog_path, config.region)["ami-pinned"]["region"] == config.region
+    assert not [v for v in result.verdicts if v.policy == "ami-pinned"]
+    elsewhere = run_policies(result.run.resources, policy_config(catalog_path, "eu-north-1"))
+    assert [v.policy for v in elsewhere if v.policy == "ami-pinned"], (
+        "an AMI catalogued only for the stack's region"
+    )
