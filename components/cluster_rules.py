@@ -54,7 +54,7 @@ GPUFORGE_TAG_PREFIX = "gpuforge:"
 
 # Reservation ids and zone names are checked whole by gpuforge.scheduler.slurm_values' rules.
 # Terraform/Pulumi duration strings for wait_for_capacity_timeout, e.g. "0", "20m", "1h30m".
-_DURATION = re.compile(r"^(?:0|(?=\d)(?:\d+h)?(?:\d+m)?(?:\d+s)?)$")
+_DURATION = re.compile(r"(?:0|(?=[0-9])(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?)")
 
 
 def instance_type(name: str) -> hardware.InstanceType:
@@ -327,7 +327,7 @@ def check_tags(tags: Mapping[str, str]) -> None:
 
 
 def check_wait_timeout(value: str) -> None:
-    if not _DURATION.match(value):
+    if not _DURATION.fullmatch(value):
         raise invalid(
             "wait_for_capacity_timeout",
             value,

@@ -43,21 +43,22 @@ S3EventType = Literal["NEW", "CHANGED", "DELETED"]
 LegacyAutoImportPolicy = Literal["NONE", "NEW", "NEW_CHANGED", "NEW_CHANGED_DELETED"]
 MetadataMode = Literal["AUTOMATIC", "USER_PROVISIONED"]
 
+# Matched whole (fullmatch), in ASCII classes: `$` under re.match lets a trailing newline through.
 # EC2 resource ids: a prefix and 8 (older) or 17 hex digits.
 # Source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/resource-ids.html
-_AMI_ID = re.compile(r"^ami-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
-_VPC_ID = re.compile(r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
-_SUBNET_ID = re.compile(r"^subnet-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
-_ROUTE_TABLE_ID = re.compile(r"^rtb-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
-_REGION = re.compile(r"^[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-\d+$")
+_AMI_ID = re.compile(r"ami-(?:[0-9a-f]{8}|[0-9a-f]{17})")
+_VPC_ID = re.compile(r"vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})")
+_SUBNET_ID = re.compile(r"subnet-(?:[0-9a-f]{8}|[0-9a-f]{17})")
+_ROUTE_TABLE_ID = re.compile(r"rtb-(?:[0-9a-f]{8}|[0-9a-f]{17})")
+_REGION = re.compile(r"[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-[0-9]+")
 # A matrix digest is the sha256 hex of the normalized matrix (gpuforge.images.matrix.digest).
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 # S3 bucket naming rules: 3-63 characters, lowercase letters, digits, dots and hyphens,
 # beginning and ending with a letter or digit.
 # Source: https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html
-_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_S3_PATH = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](?:/.*)?$")
-_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:(?:key|alias)/.+$")
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_S3_PATH = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](?:/.*)?")
+_KMS_KEY_ARN = re.compile(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:(?:key|alias)/.+")
 
 
 class _Spec(BaseModel):
@@ -91,7 +92,7 @@ class AmiPin(_Spec):
     @field_validator("ami_id")
     @classmethod
     def _ami_id(cls, value: str) -> str:
-        if not _AMI_ID.match(value):
+        if not _AMI_ID.fullmatch(value):
             raise invalid(
                 "ami.ami_id",
                 value,
@@ -104,14 +105,14 @@ class AmiPin(_Spec):
     @field_validator("region")
     @classmethod
     def _region(cls, value: str) -> str:
-        if not _REGION.match(value):
+        if not _REGION.fullmatch(value):
             raise invalid("ami.region", value, "not an AWS region name", "use a region such as us-east-1")
         return value
 
     @field_validator("matrix_digest")
     @classmethod
     def _digest(cls, value: str) -> str:
-        if not _DIGEST.match(value):
+        if not _DIGEST.fullmatch(value):
             raise invalid(
                 "ami.matrix_digest",
                 value,
@@ -180,10 +181,10 @@ class NetworkSpec(_Spec):
             ("network.vpc_id", self.vpc_id, _VPC_ID),
             ("network.subnet_id", self.subnet_id, _SUBNET_ID),
         ):
-            if value is not None and not pattern.match(value):
+            if value is not None and not pattern.fullmatch(value):
                 raise invalid(field, value, "not an EC2 resource id of that kind", "copy the id from EC2")
         for table in self.route_table_ids:
-            if not _ROUTE_TABLE_ID.match(table):
+            if not _ROUTE_TABLE_ID.fullmatch(table):
                 raise invalid(
                     "network.route_table_ids", table, "not a route table id (rtb-...)", "copy it from EC2"
                 )
@@ -269,9 +270,9 @@ class LustreSpec(_Spec):
             ("lustre.import_path", self.import_path),
             ("lustre.export_path", self.export_path),
         ):
-            if path is not None and not _S3_PATH.match(path):
+            if path is not None and not _S3_PATH.fullmatch(path):
                 raise invalid(field, path, "not an S3 URL", "use s3://bucket/ or s3://bucket/prefix/")
-        if self.kms_key_arn is not None and not _KMS_KEY_ARN.match(self.kms_key_arn):
+        if self.kms_key_arn is not None and not _KMS_KEY_ARN.fullmatch(self.kms_key_arn):
             raise invalid("lustre.kms_key_arn", self.kms_key_arn, "not a KMS key ARN", "give the key's ARN")
         lustre_rules.check(self, data_repository_association=self.s3_path is not None)
         return self
@@ -296,7 +297,7 @@ class BucketSpec(_Spec):
     @model_validator(mode="after")
     def _rules(self) -> Self:
         if self.bucket_name is not None and (
-            not _BUCKET_NAME.match(self.bucket_name) or ".." in self.bucket_name
+            not _BUCKET_NAME.fullmatch(self.bucket_name) or ".." in self.bucket_name
         ):
             raise invalid(
                 "bucket.bucket_name",
@@ -305,7 +306,7 @@ class BucketSpec(_Spec):
                 "pick a name that follows the rule, or leave it empty to let Pulumi name the bucket",
                 source="https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html",
             )
-        if self.kms_key_arn is not None and not _KMS_KEY_ARN.match(self.kms_key_arn):
+        if self.kms_key_arn is not None and not _KMS_KEY_ARN.fullmatch(self.kms_key_arn):
             raise invalid("bucket.kms_key_arn", self.kms_key_arn, "not a KMS key ARN", "give the key's ARN")
         if self.checkpoint_retention_days is not None and self.checkpoint_retention_days < 1:
             raise invalid(

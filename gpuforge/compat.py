@@ -193,7 +193,7 @@ def compat() -> Compat:
     return Compat.model_validate(raw)
 
 
-_LIBFABRIC = re.compile(r"^(\d+(?:\.\d+)*)(?:amzn(\d+(?:\.\d+)*))?$")
+_LIBFABRIC = re.compile(r"([0-9]+(?:\.[0-9]+)*)(?:amzn([0-9]+(?:\.[0-9]+)*))?")
 
 
 def libfabric_key(version: str) -> tuple[Version, Version]:
@@ -201,7 +201,7 @@ def libfabric_key(version: str) -> tuple[Version, Version]:
 
     A plain upstream release (`1.22.0`) sorts before its amzn builds.
     """
-    match = _LIBFABRIC.match(version)
+    match = _LIBFABRIC.fullmatch(version)
     if match is None:
         raise ValueError(f"not a libfabric version: {version!r}")
     return Version(match.group(1)), Version(match.group(2) or "0")

@@ -48,7 +48,7 @@ CHECK_TIMEOUT_S = 300.0
 UNKNOWN_PACKER = "unknown"
 # A copy of a large AMI takes tens of minutes; wait this long for each before giving up.
 DEFAULT_COPY_TIMEOUT_S = 2 * 3600.0
-ACCOUNT = re.compile(r"^[0-9]{12}$")
+ACCOUNT = re.compile(r"[0-9]{12}")
 
 
 class BootModeMismatch(GpuforgeError):
@@ -89,7 +89,7 @@ def check_targets(request: BuildRequest) -> None:
             f"--copy-to {','.join(request.copy_to)}: a region is named twice. Fix: name each once."
         )
     for account in request.share_with:
-        if not ACCOUNT.match(account):
+        if not ACCOUNT.fullmatch(account):
             raise InputError(
                 f"--share-with {cut(account)}: not a 12-digit AWS account id. Fix: pass account ids such as "
                 "123456789012, separated by commas."

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 COMMA = "%!(PACKER_COMMA)"
-_AMI = re.compile(r"^([a-z0-9-]+):(ami-[0-9a-f]+)$")
+_AMI = re.compile(r"([a-z0-9-]+):(ami-[0-9a-f]+)")
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def artifact_amis(events: Iterable[Event]) -> list[tuple[str, str]]:
         if event.type != "artifact" or len(event.data) < 3 or event.data[1] != "id":
             continue
         for item in event.data[2].split(","):
-            match = _AMI.match(item.strip())
+            match = _AMI.fullmatch(item.strip())
             if match and (match.group(1), match.group(2)) not in found:
                 found.append((match.group(1), match.group(2)))
     return found

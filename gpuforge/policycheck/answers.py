@@ -41,7 +41,7 @@ GET_AVAILABILITY_ZONES = "aws:index/getAvailabilityZones:getAvailabilityZones"
 MOCKS_ANSWER = frozenset({GET_AMI, GET_AVAILABILITY_ZONES, *ANSWERED_CALLS})
 INVOKES_KEY = "invokes"
 # A function token is package:module:function, e.g. aws:ec2/getVpc:getVpc.
-_TOKEN = re.compile(r"^[A-Za-z][\w-]*:[\w/.-]*:\w+$")
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9_-]*:[A-Za-z0-9_/.-]*:[A-Za-z0-9_]+")
 FIX = (
     "write the file as `invokes:` mapping each function token (e.g. aws:ec2/getVpc:getVpc) to the "
     "result it returns (see gpuforge/policycheck/answers.py)"
@@ -68,7 +68,7 @@ def load_answers(path: Path) -> MockAnswers:
     if not isinstance(invokes, dict):
         raise InputError(f"{path}: {INVOKES_KEY} = {invokes!r}: expected a mapping. Fix: {FIX}.")
     for token, result in invokes.items():
-        if not isinstance(token, str) or not _TOKEN.match(token):
+        if not isinstance(token, str) or not _TOKEN.fullmatch(token):
             raise InputError(
                 f"{path}: {INVOKES_KEY}.{token!r} is not a function token (package:module:function). "
                 f"Fix: use the token the error named, e.g. aws:ec2/getVpc:getVpc."
