@@ -4,7 +4,8 @@
 #   shipped stacks) with real packer against a local AWS emulator on 127.0.0.1, then plan the
 #   p5-prod training stack
 #   offline against that image and print the cluster summary and policy verdicts, then
-#   render the Slurm config its controller serves.
+#   render the Slurm config its controller serves and the monitoring it runs (Prometheus,
+#   Alertmanager, the alert and recording rules, dcgm-exporter's field list).
 # Usage: scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,24 +43,29 @@ print("\n".join(seen))
 )
 read -r matrix region <<<"${images[0]}"
 
-step "1/4 Checking every shipped image matrix: exact pins, and each compatibility rule with its source (gpuforge matrix check)"
+step "1/5 Checking every shipped image matrix: exact pins, and each compatibility rule with its source (gpuforge matrix check)"
 "$gpuforge" matrix check images/matrices/*.yaml
 
-step "2/4 Building the ${stack} stack's image from ${matrix} for ${region}: real packer against the AWS emulator on 127.0.0.1, recorded in ${local_catalog}"
+step "2/5 Building the ${stack} stack's image from ${matrix} for ${region}: real packer against the AWS emulator on 127.0.0.1, recorded in ${local_catalog}"
 "$gpuforge" image build "$matrix" --region "$region" --local
 for image in "${images[@]:1}"; do
     read -r other_matrix other_region <<<"$image"
-    step "2/4 ... and the image of the other shipped stacks that pin ${other_matrix} (${other_region}), so they plan too"
+    step "2/5 ... and the image of the other shipped stacks that pin ${other_matrix} (${other_region}), so they plan too"
     "$gpuforge" image build "$other_matrix" --region "$other_region" --local
 done
 
-step "3/4 Planning ${stack_dir} --stack ${stack}: its own Pulumi program under the SDK's mocks, with the AMI from ${local_catalog}, checked by the policy pack"
+step "3/5 Planning ${stack_dir} --stack ${stack}: its own Pulumi program under the SDK's mocks, with the AMI from ${local_catalog}, checked by the policy pack"
 "$gpuforge" plan "$stack_dir" --stack "$stack" --catalog "$local_catalog"
 
 slurm_dir=.gpuforge/slurm/${stack}
-step "4/4 Rendering the Slurm config the ${stack} controller serves to its nodes (gpuforge scheduler render), into ${slurm_dir}"
+step "4/5 Rendering the Slurm config the ${stack} controller serves to its nodes (gpuforge scheduler render), into ${slurm_dir}"
 "$gpuforge" scheduler render "$stack_dir" --stack "$stack" --out "$slurm_dir"
 for file in slurm.conf gres.conf; do
     printf '\n--- %s\n' "$slurm_dir/$file"
     cat "$slurm_dir/$file"
 done
+
+monitoring_dir=.gpuforge/monitoring/${stack}
+step "5/5 Rendering the monitoring the ${stack} controller runs (gpuforge monitoring render), into ${monitoring_dir}"
+"$gpuforge" monitoring render "$stack_dir" --stack "$stack" --out "$monitoring_dir"
+(cd "$monitoring_dir" && find . -type f | sort)
