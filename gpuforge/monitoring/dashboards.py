@@ -12,7 +12,8 @@ query uses, so one import serves any Prometheus (the controller's, or an Amazon 
 for Prometheus workspace). schemaVersion 41 is Grafana's LATEST_VERSION in grafana/grafana
 apps/dashboard/pkg/migration/schemaversion/migrations.go (commit 7501ffa8538f888d6f940fe9ee67e500ed95e44a);
 a later Grafana migrates it forward on load (its MIN_VERSION there is 21).
-The first key, `gpuforge`, names the file and its cluster, as the other rendered files' first line does.
+The first key, `description` (a field of Grafana's dashboard), names the file and its cluster, as
+the other rendered files' first line does.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ DASHBOARDS_DIR = "dashboards"
 SCHEMA_VERSION = 41
 DATASOURCE_VARIABLE = "datasource"
 DATASOURCE = {"type": "prometheus", "uid": f"${{{DATASOURCE_VARIABLE}}}"}
-HEADER_KEY = "gpuforge"
+HEADER_KEY = "description"  # Grafana's own dashboard field, so an import keeps it
 # EFA counters the fabric dashboard shows (names of the efa driver's hw_counters files).
 EFA_TRAFFIC = ("tx_bytes", "rx_bytes", "rdma_read_bytes", "rdma_write_bytes")
 EFA_ERRORS = (

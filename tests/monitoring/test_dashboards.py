@@ -22,6 +22,9 @@ from typing import Any
 
 import pytest
 import yaml
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.cog.plugins import register_default_plugins
+from grafana_foundation_sdk.models.dashboard import Dashboard
 from monitoring_support import SHIPPED_STACKS, tool
 
 from gpuforge.cli import main
@@ -84,6 +87,31 @@ def test_every_dashboard_is_grafana_json_with_a_datasource_variable(stack: str, 
             for target in panel["targets"]:
                 assert target["datasource"] == reference
                 assert isinstance(target["expr"], str) and target["expr"].strip()
+
+
+@pytest.mark.parametrize("name", DASHBOARDS)
+def test_grafanas_own_dashboard_types_read_every_key(name: str, tmp_path: Path) -> None:
+    """grafana-foundation-sdk (Grafana's published types) reads each file and writes back every key
+    gpuforge wrote, on the dashboard, each panel and each query: no key Grafana does not know."""
+    out = _render("p5-prod", tmp_path / "out")
+    register_default_plugins()
+    document = _dashboards(out)[name]
+    again = json.loads(JSONEncoder().encode(Dashboard.from_json(document)))
+    assert set(document) <= set(again)
+    assert again[HEADER_KEY] == document[HEADER_KEY] and again["schemaVersion"] == SCHEMA_VERSION
+    assert len(again["panels"]) == len(document["panels"])
+    for panel, read in zip(document["panels"], again["panels"], strict=True):
+        assert set(panel) <= set(read), panel["title"]
+        assert read["datasource"] == panel["datasource"]
+        for target, query in zip(panel["targets"], read["targets"], strict=True):
+            assert set(target) <= set(query), panel["title"]
+            assert query["expr"] == target["expr"]
+    variable = again["templating"]["list"][0]
+    assert (variable["name"], variable["type"], variable["query"]) == (
+        DATASOURCE_VARIABLE,
+        "datasource",
+        "prometheus",
+    )
 
 
 def test_panels_use_the_rules_names(tmp_path: Path) -> None:
