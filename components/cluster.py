@@ -31,6 +31,7 @@ import pulumi
 from gpuforge.components import cluster_rules, lustre_rules, slurm_controller
 from gpuforge.components.bucket import DataBucket, DataBucketArgs
 from gpuforge.components.capacity import scale_plan
+from gpuforge.components.controller_monitoring import ControllerMonitoring
 from gpuforge.components.efa_layout import interface_layout
 from gpuforge.components.lustre import LustreStorage, LustreStorageArgs
 from gpuforge.components.network import ClusterNetwork, ClusterNetworkArgs
@@ -67,6 +68,7 @@ class GpuCluster(pulumi.ComponentResource):
         *,
         now: datetime | None = None,
         slurm_version: str | None = None,
+        monitoring: ControllerMonitoring | None = None,
     ) -> None:
         if not isinstance(spec, GpuClusterSpec):
             raise InputError(
@@ -86,6 +88,12 @@ class GpuCluster(pulumi.ComponentResource):
         slurm = spec.scheduler.type == "slurm"
         if slurm:
             slurm_controller.check(spec.name, spec.scheduler, slurm_version)
+        elif monitoring is not None:
+            raise InputError(
+                f"GpuCluster {name!r}: monitoring runs Prometheus and Alertmanager on the Slurm controller, and "
+                f"the spec's scheduler type is {spec.scheduler.type!r}. Fix: use a Slurm scheduler, or pass "
+                "monitoring=None (gpuforge:monitoring.enabled: false)."
+            )
 
         super().__init__(TOKEN, name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -150,6 +158,7 @@ class GpuCluster(pulumi.ComponentResource):
                     nodes_security_group_id=network.security_group_id,
                     endpoints_security_group_id=network.endpoint_security_group_id,
                     tags=tags,
+                    monitoring=monitoring,
                 ),
                 opts=child,
             )
@@ -214,6 +223,7 @@ class GpuCluster(pulumi.ComponentResource):
                     lustre_s3_link=s3_link,
                 ),
                 "scheduler": _scheduler_summary(spec, slurm_version, controller, values[1]),
+                "monitoring": _monitoring_summary(monitoring if controller else None),
             }
         )
         self.register_outputs(
@@ -247,6 +257,17 @@ def _scheduler_summary(
             {"name": partition.name, "max_time": partition.max_time, "default": partition.default}
             for partition in (scheduler.effective_partitions if controller else ())
         ],
+    }
+
+
+def _monitoring_summary(monitoring: ControllerMonitoring | None) -> dict[str, Any]:
+    """The summary's `monitoring`: what runs on the controller (the same keys when disabled)."""
+    return {
+        "enabled": monitoring is not None,
+        "files": sorted(monitoring.files) if monitoring else [],
+        "drain_receiver": bool(monitoring and monitoring.drain_on_alert),
+        "remote_write_workspace": monitoring.workspace_arn if monitoring else None,
+        "sns_topic": monitoring.sns_topic_arn if monitoring else None,
     }
 
 

@@ -35,6 +35,7 @@ The instance is tagged `gpuforge:role = slurm-controller`, which the policy pack
 from __future__ import annotations
 
 import base64
+import gzip
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ import pulumi_random as random
 
 from gpuforge import hardware
 from gpuforge.components import cluster_rules, node_iam
+from gpuforge.components.controller_monitoring import ControllerMonitoring
 from gpuforge.components.input_errors import invalid
 from gpuforge.components.specs import AmiPin, CapacityType, SchedulerSpec
 from gpuforge.components.user_data import ControllerParams, render_controller
@@ -72,6 +74,10 @@ ALL_TRAFFIC = "-1"
 # the Auto Scaling group's replacements register meanwhile.
 # Source: https://slurm.schedmd.com/slurm.conf.html#OPT_MaxNodeCount
 MAX_NODES_PER_NODE = 2
+# "User data is limited to 16 KB, in raw form, before it is base64-encoded."
+# Source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html
+USER_DATA_LIMIT_BYTES = 16 * 1024
+USER_DATA_SOURCE = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html"
 
 
 def controller_address(subnet_cidr: str) -> str:
@@ -183,6 +189,9 @@ class SlurmControllerArgs:
     nodes_security_group_id: pulumi.Input[str]
     endpoints_security_group_id: pulumi.Input[str] | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    # Prometheus, Alertmanager and the drain receiver on the controller (components.controller_monitoring);
+    # None: none of them.
+    monitoring: ControllerMonitoring | None = None
 
 
 class SlurmController(pulumi.ComponentResource):
@@ -238,6 +247,15 @@ class SlurmController(pulumi.ComponentResource):
         if uses_topology(node_type, args.slurm_version):
             node_iam.allow_describe_topology(self, name, role.role)
             topology_sync = (node_type.name, args.ami.region)
+        monitoring = args.monitoring
+        if monitoring is not None:
+            node_iam.allow_monitoring(
+                self,
+                name,
+                role.role,
+                workspace_arn=monitoring.workspace_arn,
+                sns_topic_arn=monitoring.sns_topic_arn,
+            )
         self.role_arn = role.role.arn
 
         volume = aws.ebs.Volume(
@@ -261,6 +279,8 @@ class SlurmController(pulumi.ComponentResource):
                         key_secret_arn=str(values[2]),
                         files=values[3],
                         topology_sync=topology_sync,
+                        alert_receiver=monitoring is not None and monitoring.drain_on_alert,
+                        monitoring_files=monitoring.files if monitoring is not None else {},
                     )
                 )
             )
@@ -333,6 +353,21 @@ class SlurmController(pulumi.ComponentResource):
         srun = SlurmSite.srun_port_range
         self._ingress("nodes-in-srun", nodes, group.id, srun, "srun's ports from the Slurm controller")
         self._ingress("nodes-in-srun-self", nodes, nodes, srun, "srun's ports from the other GPU nodes")
+        if args.monitoring is not None:
+            # Prometheus on the controller scrapes the exporters on the GPU nodes, and nothing else new.
+            from gpuforge.monitoring.prometheus import DCGM_EXPORTER_PORT, NODE_EXPORTER_PORT
+
+            for exporter, port in (
+                ("dcgm-exporter", DCGM_EXPORTER_PORT),
+                ("node-exporter", NODE_EXPORTER_PORT),
+            ):
+                self._ingress(
+                    f"nodes-in-{exporter}",
+                    nodes,
+                    group.id,
+                    (port, port),
+                    f"{exporter} from the controller's Prometheus",
+                )
         if args.endpoints_security_group_id is not None:
             self._ingress(
                 "endpoints-in-https",
@@ -387,7 +422,23 @@ class SlurmController(pulumi.ComponentResource):
 
 
 def _encoded(script: str) -> str:
-    return base64.b64encode(script.encode("utf-8")).decode("ascii")
+    """The script gzip-compressed and base64-encoded; an error past EC2's 16 KB limit.
+
+    The monitoring files make the controller's script larger than EC2 takes raw; cloud-init
+    uncompresses gzip user data and runs the script as if it had not been compressed
+    (https://cloudinit.readthedocs.io/en/latest/explanation/format.html, "Gzip compressed content").
+    mtime=0 keeps the bytes the same for the same script, so an unchanged config never replaces the instance.
+    """
+    compressed = gzip.compress(script.encode("utf-8"), mtime=0)
+    if len(compressed) > USER_DATA_LIMIT_BYTES:
+        raise invalid(
+            "user_data",
+            f"{len(compressed)} bytes gzip-compressed",
+            f"EC2 takes at most {USER_DATA_LIMIT_BYTES} bytes of user data",
+            "render fewer or smaller files into the controller's user data",
+            source=USER_DATA_SOURCE,
+        )
+    return base64.b64encode(compressed).decode("ascii")
 
 
 def _as_text(files: Mapping[ConfigFile, str]) -> dict[str, str]:

@@ -78,6 +78,12 @@ TOPOLOGY_TIMER = "gpuforge-slurm-topology.timer"
 SLURM_LEAVE_UNIT = "/etc/systemd/system/gpuforge-slurm-leave.service"
 # images/files/gpuforge-alert-receiver.service: Alertmanager's drain receiver (gpuforge.monitoring.receiver).
 ALERT_RECEIVER_UNIT = "gpuforge-alert-receiver.service"
+# The image's gpuforge-prometheus.service and gpuforge-alertmanager.service (images/scripts/77-monitoring.sh)
+# start only where this folder holds prometheus.yml + prometheus.flags, resp. alertmanager.yml.
+MONITORING_ETC = "/etc/gpuforge/monitoring"
+MONITORING_UNITS = ("gpuforge-prometheus.service", "gpuforge-alertmanager.service")
+# A monitoring file's path under MONITORING_ETC: plain names, at most one folder (rules/), never "..".
+_MONITORING_PATH = re.compile(r"(?:[a-z0-9_-]+/)?[a-z0-9_-]+(?:\.[a-z0-9_-]+)+", re.ASCII)
 # XFS label of slurmctld's state volume (at most 12 characters, xfs_admin(8)).
 STATE_LABEL = "slurmctld"
 # How long the controller waits for its state volume: the attachment is made after the instance exists.
@@ -527,11 +533,41 @@ class ControllerParams:
     topology_sync: tuple[str, str] | None = None
     # Whether the controller runs gpuforge's drain receiver for Alertmanager (drainOnAlert).
     alert_receiver: bool = False
+    # `gpuforge monitoring render`'s controller files by relative path (prometheus.yml, prometheus.flags,
+    # alertmanager.yml, rules/*.yml), written to MONITORING_ETC; empty: no Prometheus, no Alertmanager.
+    monitoring_files: Mapping[str, str] = field(default_factory=dict)
 
 
 def _file_variable(name: str) -> str:
     """The shell variable that holds a file's text: slurm.conf -> SLURM_CONF_TEXT."""
     return re.sub(r"[^A-Z0-9]", "_", name.upper()) + "_TEXT"
+
+
+def _monitoring(files: Mapping[str, str]) -> tuple[dict[str, str], str] | None:
+    """(variables, write_monitoring_files function) for the monitoring files; None without any.
+
+    Each file is 0644 and each folder 0755 (`write_file`), under MONITORING_ETC; a name that is
+    not a plain relative path is refused, so no file lands outside the folder.
+    """
+    if not files:
+        return None
+    for name in files:
+        if not _MONITORING_PATH.fullmatch(name):
+            raise ValueError(f"monitoring file {name!r} is not a plain relative path (e.g. rules/alerts.yml)")
+    variables = {
+        "MONITORING_ETC": MONITORING_ETC,
+        **{"MONITORING_" + _file_variable(name): text for name, text in sorted(files.items())},
+    }
+    writes = "".join(
+        f'    printf \'%s\' "$MONITORING_{_file_variable(name)}" | write_file "$MONITORING_ETC/{name}"\n'
+        for name in sorted(files)
+    )
+    units = " ".join(shlex.quote(unit) for unit in MONITORING_UNITS)
+    section = (
+        f"\nreadonly MONITORING_UNITS=({units})\n\nwrite_monitoring_files() {{\n{writes}}}\n"
+        '\nstart_monitoring() {\n    systemctl enable --now "${MONITORING_UNITS[@]}"\n}\n'
+    )
+    return variables, section
 
 
 def render_controller(params: ControllerParams) -> str:
@@ -573,15 +609,22 @@ def render_controller(params: ControllerParams) -> str:
         for name in sorted(params.files)
     )
     sections = [_COMMON, _WRITE_FILE, _CONTROLLER, _SLURM_KEY, f"\nwrite_slurm_files() {{\n{writes}}}\n"]
+    monitoring = _monitoring(params.monitoring_files)
+    if monitoring is not None:
+        monitoring_variables, monitoring_section = monitoring
+        variables |= monitoring_variables
+        sections.append(monitoring_section)
     steps = [
         "step install_per_boot",
         "step set_hostname",
         "step mount_state",
         "step write_slurm_files",
         "step fetch_slurm_key",
+        *(["step write_monitoring_files"] if monitoring is not None else []),
         "if ((${#FAILED_STEPS[@]} == 0)); then",
         "    step start_slurmctld",
         *(["    step start_topology_sync"] if params.topology_sync is not None else []),
+        *(["    step start_monitoring"] if monitoring is not None else []),
         *(["    step start_alert_receiver"] if params.alert_receiver else []),
         "else",
         '    log "not starting slurmctld: ${FAILED_STEPS[*]} failed"',

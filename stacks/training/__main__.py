@@ -11,6 +11,7 @@ from pathlib import Path
 import pulumi
 
 from gpuforge.components import GpuCluster
+from gpuforge.components.controller_monitoring import stack_monitoring
 from gpuforge.errors import GpuforgeError
 from gpuforge.stack_config import cluster_spec, resolve_ami, stack_config_from_pulumi
 
@@ -18,7 +19,11 @@ try:
     config = stack_config_from_pulumi(Path(__file__).resolve().parent)
     ami = resolve_ami(config)
     # The Slurm config is rendered for the Slurm the image carries (the matrix's slurm.version).
-    cluster = GpuCluster(config.stack, cluster_spec(config, ami), slurm_version=config.slurm_version)
+    # Prometheus, Alertmanager and the drain receiver on the controller, from gpuforge:monitoring.
+    monitoring = stack_monitoring(config.stack_dir, config.stack)
+    cluster = GpuCluster(
+        config.stack, cluster_spec(config, ami), slurm_version=config.slurm_version, monitoring=monitoring
+    )
 except GpuforgeError as error:
     # RunError ends the update with the message alone: bad input gets no traceback.
     raise pulumi.RunError(error.message) from error

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import gzip
 import ipaddress
 import json
 from typing import Any
@@ -70,7 +71,8 @@ def controller(mocks: GpuforgeMocks) -> RecordedResource:
 
 
 def controller_user_data(mocks: GpuforgeMocks) -> str:
-    return base64.b64decode(controller(mocks).inputs["userDataBase64"]).decode("utf-8")
+    # The controller's user data is gzip-compressed (cloud-init uncompresses it): see slurm_controller._encoded.
+    return gzip.decompress(base64.b64decode(controller(mocks).inputs["userDataBase64"])).decode("utf-8")
 
 
 def group_id(mocks: GpuforgeMocks, name: str) -> str:
