@@ -18,9 +18,8 @@ the head block, the scrape duration per job, Prometheus's resident memory (VmRSS
 marginal bytes per series between the two sizes (the figure gpuforge/data/monitoring_sizing.yaml
 keeps), and the largest p5.48xlarge cluster the default controller holds by gpuforge.monitoring.sizing.
 
-node_exporter: Debian forky's prometheus-node-exporter 1.11.1, unpacked as scripts/monitoring-root.sh
-unpacks prometheus (`apt-get download prometheus-node-exporter` with forky's index, `dpkg -x`), into
-.cache/node-exporter-root by default (--node-exporter to give another binary).
+node_exporter: Debian forky's prometheus-node-exporter 1.11.1, which scripts/monitoring-root.sh
+unpacks into .cache/monitoring-root beside Prometheus (--node-exporter to give another binary).
 
 Run: .venv/bin/python -P benchmarks/prometheus_bench.py [--nodes 64 256] [--rounds 4]
 """
@@ -51,7 +50,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests/fixtures/node"
 PROMETHEUS = REPO / ".cache/monitoring-root/usr/bin/prometheus"
-NODE_EXPORTER = REPO / ".cache/node-exporter-root/usr/bin/prometheus-node-exporter"
+NODE_EXPORTER = REPO / ".cache/monitoring-root/usr/bin/prometheus-node-exporter"
 INSTANCE = "p5.48xlarge"
 SCRAPE_INTERVAL_S = 10
 WAIT_S = 900.0  # the most one size may take to reach --rounds scrapes of every target

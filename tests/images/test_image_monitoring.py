@@ -8,6 +8,7 @@ from __future__ import annotations
 import configparser
 import hashlib
 import io
+import os
 import re
 import shutil
 import subprocess
@@ -39,7 +40,17 @@ BINARIES = {
 }
 USERS = {"node_exporter": "node-exporter", "prometheus": "prometheus", "alertmanager": "alertmanager"}
 MONITORING_ROOT = REPO / ".cache/monitoring-root/usr/bin"
-NODE_EXPORTER = REPO / ".cache/node-exporter-root/usr/bin/prometheus-node-exporter"
+NODE_EXPORTER = MONITORING_ROOT / "prometheus-node-exporter"
+
+
+def _tool(path: Path) -> Path:
+    """A binary of the monitoring test root: skipped where it cannot be built (not root), a failure
+    where it can (scripts/test.sh builds it first as root, so CI never skips these silently)."""
+    if path.is_file():
+        return path
+    if os.geteuid() != 0:
+        pytest.skip(f"no {path}; scripts/monitoring-root.sh builds it (needs root)")
+    pytest.fail(f"no {path}: run scripts/monitoring-root.sh (scripts/test.sh does) and run again")
 
 
 def _lib_value(name: str) -> str:
@@ -315,9 +326,7 @@ def _exec_start(unit: str) -> list[str]:
 
 
 def test_the_real_prometheus_reads_the_units_flags_and_the_rendered_flags_file(tmp_path: Path) -> None:
-    prometheus = MONITORING_ROOT / "prometheus"
-    if not prometheus.exists():
-        pytest.skip("no Prometheus test root (scripts/monitoring-root.sh builds it, as root)")
+    prometheus = _tool(MONITORING_ROOT / "prometheus")
     from gpuforge.monitoring.cli import render_set
 
     _, files = render_set(REPO / "stacks/training", "p5-prod")
@@ -336,12 +345,10 @@ def test_the_real_prometheus_reads_the_units_flags_and_the_rendered_flags_file(t
 
 
 def test_the_real_alertmanager_and_node_exporter_take_the_units_flags() -> None:
-    alertmanager = MONITORING_ROOT / "prometheus-alertmanager"
-    if not alertmanager.exists() or not NODE_EXPORTER.exists():
-        pytest.skip("no Alertmanager or node_exporter test root (scripts/monitoring-root.sh, as root)")
+    alertmanager = _tool(MONITORING_ROOT / "prometheus-alertmanager")
     for binary, unit in (
         (alertmanager, "gpuforge-alertmanager.service"),
-        (NODE_EXPORTER, "gpuforge-node-exporter.service"),
+        (_tool(NODE_EXPORTER), "gpuforge-node-exporter.service"),
     ):
         done = _parses(binary, _exec_start(unit))
         assert done.returncode == 0 and ", version " in done.stdout + done.stderr, (unit, done.stderr)
