@@ -626,6 +626,38 @@ def _secret_version(
     return f"{secret}|{version}", {"arn": secret, "versionId": version, "versionStages": ["AWSCURRENT"]}
 
 
+def _amp_workspace(
+    mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex
+) -> tuple[str, dict[str, Any]]:
+    # Id ws-<uuid> and ARN arn:<partition>:aps:<region>:<account>:workspace/<id>: the RemoteWrite API's
+    # example (https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-APIReference-RemoteWrite.html)
+    # and the resource types of https://docs.aws.amazon.com/prometheus/latest/userguide/security-iam.html.
+    workspace_id = f"ws-{hexes.uuid('workspace')}"
+    domain = "amazonaws.com.cn" if mocks.partition == "aws-cn" else "amazonaws.com"
+    return workspace_id, {
+        "arn": mocks.arn("aps", f"workspace/{workspace_id}"),
+        "prometheusEndpoint": f"https://aps-workspaces.{mocks.region}.{domain}/workspaces/{workspace_id}/",
+    }
+
+
+def _sns_topic(
+    mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex
+) -> tuple[str, dict[str, Any]]:
+    # A topic's id is its ARN, arn:<partition>:sns:<region>:<account>:<name>
+    # (https://docs.aws.amazon.com/sns/latest/api/API_CreateTopic.html, TopicArn).
+    topic = _autoname(name, hexes, inputs)
+    arn = mocks.arn("sns", topic)
+    return arn, {"name": topic, "arn": arn}
+
+
+def _sns_subscription(
+    mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex
+) -> tuple[str, dict[str, Any]]:
+    # A subscription's ARN is its topic's ARN and a UUID (API_Subscribe.html, SubscriptionArn).
+    arn = f"{inputs.get('topic', '')}:{hexes.uuid('subscription')}"
+    return arn, {"arn": arn}
+
+
 def _random_bytes(
     mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex
 ) -> tuple[str, dict[str, Any]]:
@@ -669,6 +701,9 @@ _RESOURCE_ANSWERS: dict[str, Answer] = {
     "aws:ec2/volumeAttachment:VolumeAttachment": _volume_attachment,
     "aws:secretsmanager/secret:Secret": _secret,
     "aws:secretsmanager/secretVersion:SecretVersion": _secret_version,
+    "aws:amp/workspace:Workspace": _amp_workspace,
+    "aws:sns/topic:Topic": _sns_topic,
+    "aws:sns/topicSubscription:TopicSubscription": _sns_subscription,
     "random:index/randomBytes:RandomBytes": _random_bytes,
 }
 
