@@ -21,14 +21,15 @@ NO_RECEIVER = "gpuforge-none"
 DRAIN_URL = "http://127.0.0.1:9098/alerts"
 
 
-def alertmanager_config(*, cluster: str, region: str, monitoring: MonitoringConfig, source: str) -> str:
-    """alertmanager.yml; `source` names the stack file for errors."""
-    if monitoring.alerts is not None and monitoring.sns_topic_arn is None:
-        raise InputError(
-            f"{source}: {KEY}.alerts.sns = 'create': the topic is made by the monitoring component, which "
-            "gpuforge does not build yet, so there is no ARN to send to. Fix: give an existing topic's ARN "
-            f"(arn:aws:sns:{region}:<account>:<topic>), or remove `alerts` ({DOC})."
-        )
+def alertmanager_config(
+    *, cluster: str, region: str, monitoring: MonitoringConfig, source: str, topic_arn: str | None = None
+) -> str:
+    """alertmanager.yml; `source` names the stack file for errors.
+
+    `topic_arn` is the topic MonitoringResources made for `alerts.sns: create`
+    (components/monitoring_resources.py): its ARN exists only once `pulumi up` made it.
+    """
+    topic = _topic(monitoring, topic_arn, region, source)
     receivers: list[dict[str, Any]] = []
     routes: list[dict[str, Any]] = []
     if monitoring.drain_on_alert:
@@ -36,7 +37,6 @@ def alertmanager_config(*, cluster: str, region: str, monitoring: MonitoringConf
             {"name": DRAIN_RECEIVER, "webhook_configs": [{"url": DRAIN_URL, "send_resolved": False}]}
         )
         routes.append({"receiver": DRAIN_RECEIVER, "matchers": ['drain="true"'], "continue": True})
-    topic = monitoring.sns_topic_arn
     if topic is not None:
         topic_region = topic.split(":")[3]
         receivers.append(
@@ -69,3 +69,22 @@ def alertmanager_config(*, cluster: str, region: str, monitoring: MonitoringConf
     }
     header = f"# alertmanager.yml for cluster {cluster}, rendered by gpuforge for Alertmanager 0.33\n"
     return header + yaml.safe_dump(document, sort_keys=False, width=1000)
+
+
+def _topic(monitoring: MonitoringConfig, topic_arn: str | None, region: str, source: str) -> str | None:
+    """The topic Alertmanager publishes to: the stack's own, or the one made for `create`; None: no SNS."""
+    if monitoring.alerts is None or monitoring.sns_topic_arn is not None:
+        if topic_arn is not None:
+            raise InputError(
+                f"{source}: {KEY}.alerts.sns is not 'create', and a made topic {topic_arn} was given. "
+                "Fix: set `alerts: {sns: create}` to send to it."
+            )
+        return monitoring.sns_topic_arn
+    if topic_arn is None:
+        raise InputError(
+            f"{source}: {KEY}.alerts.sns = 'create': the topic is made by MonitoringResources "
+            "(components/monitoring_resources.py) at `pulumi up`, and its ARN was not given, so there is no "
+            f"ARN to send to. Fix: render with the made topic's ARN, or give an existing topic's ARN "
+            f"(arn:aws:sns:{region}:<account>:<topic>) ({DOC})."
+        )
+    return topic_arn

@@ -21,7 +21,8 @@ from typing import Any
 import yaml
 
 from gpuforge.components.cluster import CLUSTER_TAG
-from gpuforge.monitoring.config import MonitoringConfig, WorkspaceRef
+from gpuforge.errors import InputError
+from gpuforge.monitoring.config import DOC, KEY, MonitoringConfig, WorkspaceRef
 
 DCGM_JOB = "gpuforge-dcgm"
 NODE_JOB = "gpuforge-node"
@@ -86,8 +87,16 @@ def prometheus_config(
     instance_type: str,
     monitoring: MonitoringConfig,
     slurmctld_port: int | None,
+    workspace_arn: str | None = None,
+    source: str = "gpuforge:monitoring",
 ) -> str:
-    """prometheus.yml; `slurmctld_port` None: slurmctld serves no metrics (no scrape job)."""
+    """prometheus.yml; `slurmctld_port` None: slurmctld serves no metrics (no scrape job).
+
+    `workspace_arn` is the workspace MonitoringResources made for `remoteWrite: amp`
+    (components/monitoring_resources.py): its ARN exists only once `pulumi up` made it, so it
+    comes in here, never from the stack file. `source` names the stack file for errors.
+    """
+    workspace = _remote_write_target(monitoring, workspace_arn, source)
     jobs = [
         _ec2_job(DCGM_JOB, DCGM_EXPORTER_PORT, cluster=cluster, region=region, instance_type=instance_type),
         _ec2_job(NODE_JOB, NODE_EXPORTER_PORT, cluster=cluster, region=region, instance_type=instance_type),
@@ -112,11 +121,39 @@ def prometheus_config(
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [ALERTMANAGER]}]}]},
         "scrape_configs": jobs,
     }
-    if isinstance(monitoring.remote_write, WorkspaceRef):
-        url, workspace_region = remote_write_url(monitoring.remote_write)
+    if workspace is not None:
+        url, workspace_region = remote_write_url(workspace)
         document["remote_write"] = [{"url": url, "sigv4": {"region": workspace_region}}]
     header = f"# prometheus.yml for cluster {cluster}, rendered by gpuforge for Prometheus 3.5\n"
     return header + yaml.safe_dump(document, sort_keys=False, width=1000)
+
+
+def _remote_write_target(
+    monitoring: MonitoringConfig, workspace_arn: str | None, source: str
+) -> WorkspaceRef | None:
+    """The workspace Prometheus writes to: the stack's own, or the one made for `amp`; None: no remote write."""
+    if isinstance(monitoring.remote_write, WorkspaceRef):
+        if workspace_arn is not None:
+            raise InputError(
+                f"{source}: {KEY}.remoteWrite names workspace {monitoring.remote_write.workspace_arn}, and a made "
+                f"workspace {workspace_arn} was given too. Fix: give the made workspace only for `remoteWrite: amp`."
+            )
+        return monitoring.remote_write
+    if monitoring.remote_write == "amp":
+        if workspace_arn is None:
+            raise InputError(
+                f"{source}: {KEY}.remoteWrite = 'amp': the workspace is made by MonitoringResources "
+                "(components/monitoring_resources.py) at `pulumi up`, and its ARN was not given, so there is "
+                "no URL to write to. Fix: render with the made workspace's ARN, or name an existing workspace "
+                f"(`remoteWrite: {{workspaceArn: arn:aws:aps:...}}`) ({DOC})."
+            )
+        return WorkspaceRef(workspaceArn=workspace_arn)
+    if workspace_arn is not None:
+        raise InputError(
+            f"{source}: {KEY}.remoteWrite = 'none', and a made workspace {workspace_arn} was given. "
+            "Fix: set `remoteWrite: amp` to write to it."
+        )
+    return None
 
 
 def prometheus_flags(monitoring: MonitoringConfig, *, cluster: str) -> str:
