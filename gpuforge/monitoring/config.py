@@ -4,14 +4,16 @@
   gpuforge:monitoring:          # optional: every key has a default
     enabled: true               # default: true where gpuforge:scheduler.type is slurm, else false
     retentionDays: 15           # Prometheus's local retention (storage.tsdb.retention.time)
-    remoteWrite: none           # none | amp (a workspace the component makes) | {workspaceArn: arn:...}
+    remoteWrite: none           # none | amp (a workspace MonitoringResources makes) | {workspaceArn: arn:...}
     alerts:                     # optional: no key, no SNS receiver
-      sns: create               # create | an SNS topic ARN
+      sns: create               # create (a topic MonitoringResources makes) | an SNS topic ARN
       email: [oncall@example.com]
     drainOnAlert: true          # alerts that say "this node is bad" drain it in Slurm
 ```
 
-The names are contracts (issue 21). The block is validated like every other block: a key
+`amp` and `create` are made by components/monitoring_resources.py at `pulumi up`, which also
+subscribes each email address and grants the controller's role write and publish on exactly
+those ARNs. The names are contracts (issue 21). The block is validated like every other block: a key
 that is unknown, of the wrong type, or one the cluster cannot honour (monitoring without the
 Slurm controller Prometheus runs on; a workspace or topic ARN of another partition than the
 stack's region) is an InputError (exit 2) naming the file, the key, the value and the fix.

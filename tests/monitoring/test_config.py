@@ -41,6 +41,15 @@ def test_a_full_block_is_read(make_stack: StackMaker) -> None:
     assert monitoring.drain_on_alert is False
 
 
+def test_amp_and_a_made_topic_are_read_for_monitoring_resources_to_make(make_stack: StackMaker) -> None:
+    block = {"remoteWrite": "amp", "alerts": {"sns": "create", "email": ["oncall@example.com"]}}
+    _, monitoring = load_stack(make_stack(**{"gpuforge:monitoring": block}), "test")
+    assert monitoring.remote_write == "amp"
+    assert monitoring.alerts is not None and monitoring.alerts.sns == "create"
+    assert monitoring.sns_topic_arn is None, "the topic's ARN comes from MonitoringResources, not the stack"
+    assert monitoring.alerts.email == ["oncall@example.com"]
+
+
 @pytest.mark.parametrize(
     ("block", "named"),
     [
@@ -58,6 +67,14 @@ def test_a_full_block_is_read(make_stack: StackMaker) -> None:
             "partition aws-cn",
         ),
         ({"alerts": {"sns": "my-topic"}}, "gpuforge:monitoring.alerts.sns = 'my-topic'"),
+        (
+            {"alerts": {"sns": "arn:aws-us-gov:sns:us-gov-west-1:123456789012:alerts"}},
+            "partition aws-us-gov",
+        ),
+        (
+            {"alerts": {"sns": "create", "email": ["oncall@"]}},
+            "gpuforge:monitoring.alerts.email[0] = 'oncall@'",
+        ),
         ({"alerts": {"sns": "arn:aws:sns:us-east-1:123456789012:a\nb"}}, "gpuforge:monitoring.alerts.sns"),
         ({"alerts": {"email": ["not an address"]}}, "gpuforge:monitoring.alerts.email[0]"),
         ({"drainOnAlert": 1}, "gpuforge:monitoring.drainOnAlert = 1"),
