@@ -162,6 +162,7 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         f"  placement  {_placement(placement, capacity)}",
         f"  capacity   {_capacity(capacity)}",
         f"  scheduler  {_scheduler(summary['scheduler'])}",
+        f"  monitoring {_monitoring(summary['monitoring'])}",
         f"  AMI        {ami['id']} ({ami['region']}), matrix {ami['matrix_name']} {ami['matrix_version']}",
     ]
 
@@ -178,6 +179,21 @@ def _scheduler(scheduler: Mapping[str, Any]) -> str:
         f"Slurm {scheduler['slurm_version']}, controller {scheduler['controller_instance_type']} "
         f"{scheduler['controller_host']} at {scheduler['controller_address']}; partitions {partitions}"
     )
+
+
+def _monitoring(monitoring: Mapping[str, Any]) -> str:
+    """What the controller runs of the metrics layer (summary's `monitoring`, components.cluster)."""
+    if not monitoring["enabled"]:
+        return "none"
+    parts = [
+        f"Prometheus and Alertmanager on the controller ({len(monitoring['files'])} files in /etc/gpuforge/monitoring)",
+        "drain receiver on" if monitoring["drain_receiver"] else "drain receiver off",
+    ]
+    if monitoring["remote_write_workspace"]:
+        parts.append(f"remote write to {monitoring['remote_write_workspace']}")
+    if monitoring["sns_topic"]:
+        parts.append(f"alerts to {monitoring['sns_topic']}")
+    return "; ".join(parts)
 
 
 def _schedule(capacity: Mapping[str, Any]) -> str:
