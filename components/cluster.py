@@ -24,7 +24,7 @@ the matrix pin (`gpuforge:matrix`, `gpuforge:matrix-version`, `gpuforge:matrix-d
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 
@@ -34,6 +34,7 @@ from gpuforge.components.capacity import scale_plan
 from gpuforge.components.controller_monitoring import ControllerMonitoring
 from gpuforge.components.efa_layout import interface_layout
 from gpuforge.components.lustre import LustreStorage, LustreStorageArgs
+from gpuforge.components.monitoring_resources import MonitoringResources, MonitoringResourcesArgs
 from gpuforge.components.network import ClusterNetwork, ClusterNetworkArgs
 from gpuforge.components.nodes import FileSystemMount, GpuNodeGroup, GpuNodeGroupArgs, SlurmMembership
 from gpuforge.components.placement import Placement, PlacementArgs
@@ -41,6 +42,9 @@ from gpuforge.components.slurm_controller import SlurmController, SlurmControlle
 from gpuforge.components.specs import GpuClusterSpec
 from gpuforge.components.summary import cluster_summary
 from gpuforge.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuforge.monitoring.config import MonitoringConfig
 
 TOKEN = "gpuforge:cluster:GpuCluster"
 CLUSTER_TAG = "gpuforge:cluster"
@@ -162,6 +166,20 @@ class GpuCluster(pulumi.ComponentResource):
                 ),
                 opts=child,
             )
+            if monitoring is not None:
+                # The workspace and topic Prometheus and Alertmanager write to, the email subscriptions,
+                # and the controller role's grant on exactly those ARNs.
+                resources = MonitoringResources(
+                    f"{name}-monitoring",
+                    MonitoringResourcesArgs(
+                        spec.name,
+                        monitoring.config,
+                        kms_key_arn=spec.bucket.kms_key_arn if spec.bucket else None,
+                        tags=tags,
+                    ),
+                    opts=child,
+                )
+                resources.grant(controller.role_name)
 
         nodes = GpuNodeGroup(
             f"{name}-nodes",
@@ -265,10 +283,17 @@ def _monitoring_summary(monitoring: ControllerMonitoring | None) -> dict[str, An
     return {
         "enabled": monitoring is not None,
         "files": sorted(monitoring.files) if monitoring else [],
-        "drain_receiver": bool(monitoring and monitoring.drain_on_alert),
-        "remote_write_workspace": monitoring.workspace_arn if monitoring else None,
-        "sns_topic": monitoring.sns_topic_arn if monitoring else None,
+        "drain_receiver": bool(monitoring and monitoring.config.drain_on_alert),
+        "remote_write_workspace": _workspace_arn(monitoring.config) if monitoring else None,
+        "sns_topic": monitoring.config.sns_topic_arn if monitoring else None,
     }
+
+
+def _workspace_arn(config: MonitoringConfig) -> str | None:
+    """The existing workspace remote write goes to (a made one is refused at plan time for now)."""
+    from gpuforge.monitoring.config import WorkspaceRef
+
+    return config.remote_write.workspace_arn if isinstance(config.remote_write, WorkspaceRef) else None
 
 
 def _links_cluster_bucket(spec: GpuClusterSpec) -> bool:

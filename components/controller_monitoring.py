@@ -15,6 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpuforge.monitoring.config import MonitoringConfig
 
 # The files gpuforge-prometheus.service and gpuforge-alertmanager.service read (images/files/*.service).
 CONTROLLER_FILES = ("prometheus.yml", "prometheus.flags", "alertmanager.yml")
@@ -22,17 +26,15 @@ CONTROLLER_FILES = ("prometheus.yml", "prometheus.flags", "alertmanager.yml")
 
 @dataclass(frozen=True)
 class ControllerMonitoring:
-    """The controller's monitoring: its rendered files and the AWS access they need.
+    """The controller's monitoring: its rendered files and the stack's validated block.
 
-    `files` maps a path relative to /etc/gpuforge/monitoring to its text. `drain_on_alert`
-    starts the drain receiver; `workspace_arn` (remote write) and `sns_topic_arn` (Alertmanager's
-    SNS receiver) are the one workspace and the one topic the controller's role may write to.
+    `files` maps a path relative to /etc/gpuforge/monitoring to its text. `config` decides the
+    drain receiver (`drain_on_alert`) and what `MonitoringResources` (components.monitoring_resources)
+    grants the controller's role: the one workspace and the one topic, with the email subscriptions.
     """
 
+    config: MonitoringConfig
     files: Mapping[str, str] = field(default_factory=dict)
-    drain_on_alert: bool = True
-    workspace_arn: str | None = None
-    sns_topic_arn: str | None = None
 
 
 def controller_files(rendered: Mapping[str, str]) -> dict[str, str]:
@@ -53,16 +55,10 @@ def stack_monitoring(stack_dir: Path, stack: str) -> ControllerMonitoring | None
     is an InputError (exit 2) with the field and the fix, as `gpuforge monitoring render` says it.
     """
     from gpuforge.monitoring.cli import render_set
-    from gpuforge.monitoring.config import WorkspaceRef, load_stack
+    from gpuforge.monitoring.config import load_stack
 
     _, monitoring = load_stack(stack_dir, stack)
     if not monitoring.enabled:
         return None
     _, rendered = render_set(stack_dir, stack)
-    workspace = monitoring.remote_write
-    return ControllerMonitoring(
-        files=controller_files(rendered),
-        drain_on_alert=monitoring.drain_on_alert,
-        workspace_arn=workspace.workspace_arn if isinstance(workspace, WorkspaceRef) else None,
-        sns_topic_arn=monitoring.sns_topic_arn,
-    )
+    return ControllerMonitoring(config=monitoring, files=controller_files(rendered))

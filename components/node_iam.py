@@ -171,32 +171,16 @@ def allow_describe_topology(owner: pulumi.Resource, name: str, role: aws.iam.Rol
 
 # Prometheus's EC2 service discovery calls DescribeInstances, which takes no resource-level
 # permission. Source: https://prometheus.io/docs/prometheus/latest/configuration/configuration/#ec2_sd_config
-# ("The IAM credentials used must have the ec2:DescribeInstances permission").
+# ("The IAM credentials used must have the ec2:DescribeInstances permission"). Remote write and SNS
+# are granted by components.monitoring_resources.MonitoringResources.grant, on their one ARN each.
 EC2_DISCOVERY_ACTIONS = ("ec2:DescribeInstances",)
-# Remote write to Amazon Managed Service for Prometheus, on the workspace's ARN. Source:
-# https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-and-IAM.html (AmazonPrometheusRemoteWriteAccess)
-REMOTE_WRITE_ACTIONS = ("aps:RemoteWrite",)
-# Alertmanager's sns_configs publish to the topic. Source:
-# https://prometheus.io/docs/alerting/latest/configuration/#sns_config
-SNS_ACTIONS = ("sns:Publish",)
 
 
-def allow_monitoring(
-    owner: pulumi.Resource,
-    name: str,
-    role: aws.iam.Role,
-    *,
-    workspace_arn: str | None,
-    sns_topic_arn: str | None,
-) -> aws.iam.RolePolicy:
-    """Let the controller's Prometheus find the nodes, write to its one workspace and publish to its one topic."""
-    statements = [_statement(EC2_DISCOVERY_ACTIONS, ["*"], "PrometheusEc2Discovery")]
-    if workspace_arn is not None:
-        statements.append(_statement(REMOTE_WRITE_ACTIONS, [workspace_arn], "PrometheusRemoteWrite"))
-    if sns_topic_arn is not None:
-        statements.append(_statement(SNS_ACTIONS, [sns_topic_arn], "AlertmanagerSns"))
+def allow_discover_nodes(owner: pulumi.Resource, name: str, role: aws.iam.Role) -> aws.iam.RolePolicy:
+    """Let the controller's Prometheus find the GPU nodes (EC2 service discovery on the cluster's tag)."""
     document = aws.iam.get_policy_document_output(
-        statements=statements, opts=pulumi.InvokeOutputOptions(parent=owner)
+        statements=[_statement(EC2_DISCOVERY_ACTIONS, ["*"], "PrometheusEc2Discovery")],
+        opts=pulumi.InvokeOutputOptions(parent=owner),
     )
     return aws.iam.RolePolicy(
         f"{name}-monitoring", role=role.name, policy=document.json, opts=pulumi.ResourceOptions(parent=owner)

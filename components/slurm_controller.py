@@ -204,6 +204,7 @@ class SlurmController(pulumi.ComponentResource):
     files: pulumi.Output[dict[str, str]]
     security_group_id: pulumi.Output[str]
     role_arn: pulumi.Output[str]
+    role_name: pulumi.Output[str]
     instance_id: pulumi.Output[str]
     host: str
 
@@ -249,14 +250,9 @@ class SlurmController(pulumi.ComponentResource):
             topology_sync = (node_type.name, args.ami.region)
         monitoring = args.monitoring
         if monitoring is not None:
-            node_iam.allow_monitoring(
-                self,
-                name,
-                role.role,
-                workspace_arn=monitoring.workspace_arn,
-                sns_topic_arn=monitoring.sns_topic_arn,
-            )
+            node_iam.allow_discover_nodes(self, name, role.role)
         self.role_arn = role.role.arn
+        self.role_name = role.role.name
 
         volume = aws.ebs.Volume(
             f"{name}-state",
@@ -279,7 +275,7 @@ class SlurmController(pulumi.ComponentResource):
                         key_secret_arn=str(values[2]),
                         files=values[3],
                         topology_sync=topology_sync,
-                        alert_receiver=monitoring is not None and monitoring.drain_on_alert,
+                        alert_receiver=monitoring is not None and monitoring.config.drain_on_alert,
                         monitoring_files=monitoring.files if monitoring is not None else {},
                     )
                 )

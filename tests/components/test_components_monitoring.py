@@ -30,6 +30,7 @@ from gpuforge.components.slurm_controller import (
 )
 from gpuforge.errors import InputError
 from gpuforge.monitoring.cli import render_set
+from gpuforge.monitoring.config import AlertsConfig, MonitoringConfig, WorkspaceRef
 from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedResource
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,6 +46,13 @@ def p5_prod() -> ControllerMonitoring:
     monitoring = stack_monitoring(STACK_DIR, "p5-prod")
     assert monitoring is not None  # Slurm stacks monitor by default
     return monitoring
+
+
+def with_config(**changes: Any) -> ControllerMonitoring:
+    """p5-prod's controller files with its monitoring block changed (MonitoringConfig's fields)."""
+    config = p5_prod().config.model_copy(update=changes)
+    assert isinstance(config, MonitoringConfig)
+    return ControllerMonitoring(config=config, files=p5_prod().files)
 
 
 def deploy(monitoring: ControllerMonitoring | None, **spec: Any) -> dict[str, Any]:
@@ -122,7 +130,7 @@ def test_the_user_data_starts_prometheus_alertmanager_and_the_receiver(mocks: Gp
 
 
 def test_drain_on_alert_false_starts_no_receiver(mocks: GpuforgeMocks) -> None:
-    summary = deploy(ControllerMonitoring(files=p5_prod().files, drain_on_alert=False))
+    summary = deploy(with_config(drain_on_alert=False))
     steps = main_steps(script(mocks))
     assert "step start_monitoring" in steps
     assert "step start_alert_receiver" not in steps
@@ -143,6 +151,7 @@ def test_monitoring_off_renders_none_of_it(mocks: GpuforgeMocks) -> None:
     ):
         assert absent not in text
     assert "step start_alert_receiver" not in main_steps(text)
+    assert mocks.of_type("gpuforge:monitoring:MonitoringResources") == []
     assert not [
         p
         for p in mocks.of_type(ROLE_POLICY)
@@ -158,40 +167,41 @@ def test_monitoring_off_renders_none_of_it(mocks: GpuforgeMocks) -> None:
     }
 
 
-def _monitoring_policies(mocks: GpuforgeMocks) -> list[dict[str, Any]]:
-    return [
-        json.loads(p.inputs["policy"])
-        for p in mocks.of_type(ROLE_POLICY)
-        if p.name == "demo-slurm-monitoring"
-    ]
+def _policies(mocks: GpuforgeMocks, name: str) -> list[dict[str, Any]]:
+    return [json.loads(p.inputs["policy"]) for p in mocks.of_type(ROLE_POLICY) if p.name == name]
 
 
 def test_the_controller_role_discovers_nodes_and_writes_to_its_one_workspace_and_topic(
     mocks: GpuforgeMocks,
 ) -> None:
-    deploy(ControllerMonitoring(files=p5_prod().files, workspace_arn=WORKSPACE, sns_topic_arn=TOPIC))
-    (policy,) = _monitoring_policies(mocks)
-    assert policy["Statement"] == [
+    alerts = AlertsConfig(sns=TOPIC, email=["oncall@example.com"])
+    deploy(with_config(remote_write=WorkspaceRef(workspaceArn=WORKSPACE), alerts=alerts))
+    (discovery,) = _policies(mocks, "demo-slurm-monitoring")
+    assert discovery["Statement"] == [
         {
             "Sid": "PrometheusEc2Discovery",
             "Effect": "Allow",
             "Action": "ec2:DescribeInstances",
             "Resource": "*",
-        },
-        {
-            "Sid": "PrometheusRemoteWrite",
-            "Effect": "Allow",
-            "Action": "aps:RemoteWrite",
-            "Resource": WORKSPACE,
-        },
-        {"Sid": "AlertmanagerSns", "Effect": "Allow", "Action": "sns:Publish", "Resource": TOPIC},
+        }
     ]
+    # MonitoringResources' grant, on the controller's own role.
+    (grant,) = [p for p in mocks.of_type(ROLE_POLICY) if p.name == "demo-monitoring-controller"]
+    (role,) = [r for r in mocks.of_type("aws:iam/role:Role") if r.name == "demo-slurm-role"]
+    assert grant.inputs["role"] == role.outputs["name"]
+    assert [(s["Action"], s["Resource"]) for s in json.loads(grant.inputs["policy"])["Statement"]] == [
+        (["aps:RemoteWrite"], WORKSPACE),
+        (["sns:Publish"], TOPIC),
+    ]
+    (subscription,) = mocks.of_type("aws:sns/topicSubscription:TopicSubscription")
+    assert (subscription.inputs["topic"], subscription.inputs["endpoint"]) == (TOPIC, "oncall@example.com")
 
 
 def test_without_workspace_or_topic_the_role_only_discovers(mocks: GpuforgeMocks) -> None:
     deploy(p5_prod())
-    (policy,) = _monitoring_policies(mocks)
+    (policy,) = _policies(mocks, "demo-slurm-monitoring")
     assert [statement["Sid"] for statement in policy["Statement"]] == ["PrometheusEc2Discovery"]
+    assert _policies(mocks, "demo-monitoring-controller") == []
 
 
 def _ingress(mocks: GpuforgeMocks) -> set[tuple[str, str | None, str | None, float | None, float | None]]:

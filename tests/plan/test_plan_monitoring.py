@@ -20,10 +20,13 @@ TOPIC = "arn:aws:sns:us-east-1:123456789012:gpuforge-alerts"
 
 
 def _monitoring_policy(result: Any) -> list[dict[str, Any]]:
+    """The controller's monitoring statements: discovery (the controller's) and the grant (MonitoringResources')."""
+    names = ("p5-prod-slurm-monitoring", "p5-prod-monitoring-controller")
     return [
-        json.loads(policy.inputs["policy"])
+        statement
         for policy in result.run.mocks.of_type(ROLE_POLICY)
-        if policy.name == "p5-prod-slurm-monitoring"
+        if policy.name in names
+        for statement in json.loads(policy.inputs["policy"])["Statement"]
     ]
 
 
@@ -74,11 +77,10 @@ def test_remote_write_and_topic_get_exactly_their_arns_and_pass_the_policies(
     stack_dir = stack_copy("p5-prod", overrides={"gpuforge:monitoring": block})
     result = plan(stack_dir, "p5-prod", catalog=catalog_path)
     assert result.mandatory_failures == ()
-    (policy,) = _monitoring_policy(result)
-    assert [(s["Action"], s["Resource"]) for s in policy["Statement"]] == [
+    assert sorted((str(s["Action"]), s["Resource"]) for s in _monitoring_policy(result)) == [
+        ("['aps:RemoteWrite']", WORKSPACE),
+        ("['sns:Publish']", TOPIC),
         ("ec2:DescribeInstances", "*"),
-        ("aps:RemoteWrite", WORKSPACE),
-        ("sns:Publish", TOPIC),
     ]
     assert result.summary["monitoring"]["drain_receiver"] is False
 
