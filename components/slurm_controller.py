@@ -28,6 +28,11 @@ joins by itself as a dynamic node (`slurmd -Z`, see `user_data`). It is made of:
   port is `SlurmSite`'s, and no rule names a CIDR. The controller reaches AWS APIs as
   the nodes do (egress to 0.0.0.0/0, through the endpoints, which also take it in).
 
+With `monitoring` (components.controller_monitoring), the user data also writes the rendered
+Prometheus and Alertmanager files and enables both (and the drain receiver with drainOnAlert),
+the role may describe instances (Prometheus's EC2 discovery), and the nodes' group takes
+dcgm-exporter's and node_exporter's ports from the controller's group, and nothing else new.
+
 The instance is tagged `gpuforge:role = slurm-controller`, which the policy pack reads
 (`slurm-controller-cpu`).
 """
