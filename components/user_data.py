@@ -425,7 +425,16 @@ UNIT
 
 
 def _declarations(variables: Mapping[str, str]) -> str:
-    return "".join(f"readonly {name}={shlex.quote(value)}\n" for name, value in variables.items())
+    """`readonly NAME='value'` lines; a value holding $ or ` is literal on purpose (file text, e.g. rules)."""
+    return "".join(
+        (
+            "# shellcheck disable=SC2016 # literal text, not expanded on purpose\n"
+            if re.search(r"[$`]", value)
+            else ""
+        )
+        + f"readonly {name}={shlex.quote(value)}\n"
+        for name, value in variables.items()
+    )
 
 
 def _main(steps: list[str]) -> str:

@@ -264,3 +264,11 @@ def test_monitoring_without_slurm_is_refused() -> None:
         InputError, match="monitoring runs Prometheus and Alertmanager on the Slurm controller"
     ):
         GpuCluster("demo", cluster_spec(), monitoring=p5_prod())
+
+
+def test_the_monitoring_controller_script_is_valid_bash(mocks: GpuforgeMocks, tmp_path: Path) -> None:
+    deploy(p5_prod())
+    path = tmp_path / "controller.sh"
+    path.write_text(script(mocks), encoding="utf-8")
+    subprocess.run(["bash", "-n", str(path)], check=True, timeout=60)
+    subprocess.run(["shellcheck", "--shell=bash", str(path)], check=True, timeout=120)
