@@ -17,16 +17,13 @@ on 127.0.0.1 until stopped; exit 2 when the port cannot be opened.
 from __future__ import annotations
 
 import argparse
-import os
-import stat
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from gpuforge.atomic import write_text_atomic
 from gpuforge.errors import InputError
+from gpuforge.rendered_set import Recognise, write_set
 
 RULES_DIR = "rules"
-_HEADER_BYTES = 512
 
 
 def register(subparsers: Any) -> None:
@@ -141,59 +138,26 @@ def render_set(stack_dir: Path, stack: str) -> tuple[str, dict[str, str]]:
     return cluster.name, files
 
 
-def _rendered_for(path: Path, name: str, cluster: str) -> bool:
-    """Whether `path` is a regular file whose first line says it is `name`, rendered by gpuforge for `cluster`."""
-    try:
-        if not stat.S_ISREG(path.lstat().st_mode):  # never open a FIFO, a device or a link
-            return False
-        with path.open("rb") as handle:
-            first = handle.read(_HEADER_BYTES).split(b"\n", 1)[0].decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return False
+def _rendered_for(cluster: str) -> Recognise:
+    """How `--out` recognises a file this command rendered for `cluster` (gpuforge.rendered_set): its
+    first line names the file and the cluster, as a `#` comment or, in JSON, the `gpuforge` key."""
     from gpuforge.monitoring.dashboards import header_prefix
 
-    return first.startswith(
-        f"# {Path(name).name} for cluster {cluster}, rendered by gpuforge"
-    ) or first.startswith(header_prefix(Path(name).name, cluster))
+    def recognise(relative: PurePosixPath, first_line: str) -> bool:
+        return first_line.startswith(
+            f"# {relative.name} for cluster {cluster}, rendered by gpuforge"
+        ) or first_line.startswith(header_prefix(relative.name, cluster))
 
-
-def check_out(out: Path, files: dict[str, str], cluster: str) -> None:
-    """Refuse an `out` the set cannot be written into whole (nothing is written then)."""
-    existing = next((p for p in (out, *out.parents) if os.path.lexists(p)), Path("/"))
-    if not existing.is_dir():
-        raise InputError(
-            f"--out {out}: {existing} exists and is not a folder. Fix: give the path of a folder."
-        )
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise InputError(
-            f"--out {out}: {existing} is not writable by this user. Fix: choose a folder you may write to."
-        )
-    if existing != out:
-        return
-    expected = {Path(name) for name in files}
-    folders = {name.parent for name in expected if name.parent != Path()}
-    strangers = []
-    for path in sorted(out.rglob("*")):
-        relative = path.relative_to(out)
-        if relative in folders and path.is_dir() and not path.is_symlink():
-            continue
-        if relative not in expected or not _rendered_for(path, str(relative), cluster):
-            strangers.append(str(relative))
-    if strangers:
-        shown = ", ".join(repr(name) for name in strangers[:10]) + (" ..." if len(strangers) > 10 else "")
-        raise InputError(
-            f"--out {out}: the folder holds what this render for cluster {cluster} did not write: {shown}. "
-            "Fix: give a new or empty folder, or one holding only this cluster's earlier render."
-        )
+    return recognise
 
 
 def _render(args: argparse.Namespace) -> int:
     cluster, files = render_set(args.stack_dir, args.stack)
-    check_out(args.out, files, cluster)
-    for name, text in files.items():
-        target = args.out / name
-        write_text_atomic(target, text)
+    written, removed = write_set(args.out, files, cluster, _rendered_for(cluster))
+    for target in written:
         print(f"wrote {target}")
+    for stale in removed:
+        print(f"removed {stale} (the previous render's; this render has none now)")
     from gpuforge.monitoring.sizing import SIZING_FILE, summary
 
     for line in summary(files[SIZING_FILE]):

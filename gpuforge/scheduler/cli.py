@@ -4,7 +4,7 @@ Writes the Slurm files a stack's controller serves: slurm.conf, gres.conf, cgrou
 and topology.conf when the cluster has a network topology (FILE: a saved
 DescribeInstanceTopology or DescribeCapacityReservationTopology response), and
 slurmd-register.conf, the line each GPU node passes to `slurmd -Z --conf`. DIR is
-checked whole first and holds one cluster's set only (`gpuforge.scheduler.output`). The cluster is the one the
+checked whole first and holds one cluster's set only (`gpuforge.rendered_set`). The cluster is the one the
 stack's Pulumi program builds: the same name, instance type, node bound, controller
 host and address (`gpuforge.components.slurm_controller`), so what is written here is
 what `pulumi up` puts on the controller. Exit 0, or 2 with the field and the fix.
@@ -89,8 +89,8 @@ def _read_topology(path: Path) -> object:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from gpuforge.scheduler.output import write_set
-    from gpuforge.scheduler.render import REGISTRATION_FILE, registration_file, render_files
+    from gpuforge.rendered_set import write_set
+    from gpuforge.scheduler.render import REGISTRATION_FILE, registration_file, render_files, rendered_for
     from gpuforge.scheduler.stack import stack_cluster
     from gpuforge.scheduler.topology import from_response
     from gpuforge.stack_config import load_stack_config
@@ -103,7 +103,7 @@ def _render(args: argparse.Namespace) -> int:
     # Every file is rendered in memory and --out checked whole before the first file is written.
     files: dict[str, str] = {str(name): text for name, text in render_files(cluster).items()}
     files[REGISTRATION_FILE] = registration_file(cluster)
-    written, removed = write_set(args.out, files, cluster.name)
+    written, removed = write_set(args.out, files, cluster.name, rendered_for(cluster.name))
     for target in written:
         print(f"wrote {target}")
     for stale in removed:

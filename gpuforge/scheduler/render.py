@@ -15,7 +15,9 @@ introduced it and its source.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Literal
 
 from packaging.version import Version
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     # Types only: importing gpuforge.components loads Pulumi, which the controller and the
     # nodes, where these files are also rendered, do not have.
     from gpuforge.components.specs import CapacityType, PartitionSpec, SchedulerSpec
+    from gpuforge.rendered_set import Recognise
 
 # Share of the instance's memory Slurm may hand to jobs; the rest is the OS's (kernel,
 # page cache for the Lustre client, the NVIDIA and EFA drivers' pinned memory). AWS
@@ -195,6 +198,29 @@ def _header(cluster: SlurmCluster, what: str) -> str:
         "# Do not edit by hand: change the stack config and render again "
         "(gpuforge scheduler render).\n"
     )
+
+
+RENDERED_NAMES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", REGISTRATION_FILE)
+# The first line `_header` writes: which file, for which cluster.
+_HEADER = re.compile(
+    r"# (?P<file>[a-z.-]+) for cluster (?P<cluster>[a-z0-9-]+), rendered by gpuforge for Slurm "
+)
+
+
+def rendered_for(cluster: str) -> Recognise:
+    """How `gpuforge scheduler render --out` recognises a file it rendered for `cluster`
+    (gpuforge.rendered_set): a name of the set, whose first line `_header` wrote for that cluster."""
+
+    def recognise(relative: PurePosixPath, first_line: str) -> bool:
+        match = _HEADER.match(first_line)
+        return (
+            str(relative) in RENDERED_NAMES
+            and match is not None
+            and match["file"] == relative.name
+            and match["cluster"] == cluster
+        )
+
+    return recognise
 
 
 def _partition_line(partition: PartitionSpec) -> str:

@@ -1,6 +1,6 @@
 """`gpuforge scheduler render --out DIR`: checked whole before a file is written; one cluster's set only.
 
-The rule (gpuforge/scheduler/output.py): DIR is new, empty, or holds this cluster's earlier
+The rule (gpuforge/rendered_set.py): DIR is new, empty, or holds this cluster's earlier
 render, which is replaced whole (a file the new render does not produce is removed);
 anything else stops the render with exit 2 and nothing written.
 """
