@@ -24,7 +24,7 @@ the matrix pin (`gpuforge:matrix`, `gpuforge:matrix-version`, `gpuforge:matrix-d
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pulumi
 
@@ -42,9 +42,6 @@ from gpuforge.components.slurm_controller import SlurmController, SlurmControlle
 from gpuforge.components.specs import GpuClusterSpec
 from gpuforge.components.summary import cluster_summary
 from gpuforge.errors import InputError
-
-if TYPE_CHECKING:
-    from gpuforge.monitoring.config import MonitoringConfig
 
 TOKEN = "gpuforge:cluster:GpuCluster"
 CLUSTER_TAG = "gpuforge:cluster"
@@ -143,8 +140,22 @@ class GpuCluster(pulumi.ComponentResource):
             )
 
         controller = None
+        resources = None
         if slurm:
             assert slurm_version is not None  # slurm_controller.check refused None above
+            if monitoring is not None:
+                # The workspace and topic Prometheus and Alertmanager write to, and the email subscriptions:
+                # made before the controller, whose files name a made workspace's and topic's ARNs.
+                resources = MonitoringResources(
+                    f"{name}-monitoring",
+                    MonitoringResourcesArgs(
+                        spec.name,
+                        monitoring.config,
+                        kms_key_arn=spec.bucket.kms_key_arn if spec.bucket else None,
+                        tags=tags,
+                    ),
+                    opts=child,
+                )
             controller = SlurmController(
                 f"{name}-slurm",
                 SlurmControllerArgs(
@@ -163,22 +174,13 @@ class GpuCluster(pulumi.ComponentResource):
                     endpoints_security_group_id=network.endpoint_security_group_id,
                     tags=tags,
                     monitoring=monitoring,
+                    made_workspace_arn=_made(monitoring, resources, "workspace"),
+                    made_topic_arn=_made(monitoring, resources, "topic"),
                 ),
                 opts=child,
             )
-            if monitoring is not None:
-                # The workspace and topic Prometheus and Alertmanager write to, the email subscriptions,
-                # and the controller role's grant on exactly those ARNs.
-                resources = MonitoringResources(
-                    f"{name}-monitoring",
-                    MonitoringResourcesArgs(
-                        spec.name,
-                        monitoring.config,
-                        kms_key_arn=spec.bucket.kms_key_arn if spec.bucket else None,
-                        tags=tags,
-                    ),
-                    opts=child,
-                )
+            if resources is not None:
+                # The controller role's grant on exactly those ARNs.
                 resources.grant(controller.role_name)
 
         nodes = GpuNodeGroup(
@@ -228,7 +230,12 @@ class GpuCluster(pulumi.ComponentResource):
         s3_link = lustre.s3_link if lustre else None
         self.slurm_config = controller.files if controller else pulumi.Output.from_input({})
         address = controller.address if controller else none
-        self.summary = pulumi.Output.all(placement.group_name, address).apply(
+        workspace = resources.workspace_arn if resources else None
+        topic = resources.topic_arn if resources else None
+        monitoring_files = controller.monitoring_files if controller else pulumi.Output.from_input({})
+        self.summary = pulumi.Output.all(
+            placement.group_name, address, monitoring_files, workspace, topic
+        ).apply(
             lambda values: {
                 **cluster_summary(
                     spec,
@@ -241,7 +248,9 @@ class GpuCluster(pulumi.ComponentResource):
                     lustre_s3_link=s3_link,
                 ),
                 "scheduler": _scheduler_summary(spec, slurm_version, controller, values[1]),
-                "monitoring": _monitoring_summary(monitoring if controller else None),
+                "monitoring": _monitoring_summary(
+                    monitoring if controller else None, values[2], workspace=values[3], topic=values[4]
+                ),
             }
         )
         self.register_outputs(
@@ -278,22 +287,35 @@ def _scheduler_summary(
     }
 
 
-def _monitoring_summary(monitoring: ControllerMonitoring | None) -> dict[str, Any]:
-    """The summary's `monitoring`: what runs on the controller (the same keys when disabled)."""
+def _monitoring_summary(
+    monitoring: ControllerMonitoring | None,
+    files: dict[str, str],
+    *,
+    workspace: str | None,
+    topic: str | None,
+) -> dict[str, Any]:
+    """The summary's `monitoring`: what runs on the controller (the same keys when disabled).
+
+    `workspace` and `topic` are MonitoringResources' (made or given; None: none)."""
     return {
         "enabled": monitoring is not None,
-        "files": sorted(monitoring.files) if monitoring else [],
+        "files": sorted(files) if monitoring else [],
         "drain_receiver": bool(monitoring and monitoring.config.drain_on_alert),
-        "remote_write_workspace": _workspace_arn(monitoring.config) if monitoring else None,
-        "sns_topic": monitoring.config.sns_topic_arn if monitoring else None,
+        "remote_write_workspace": workspace if monitoring else None,
+        "sns_topic": topic if monitoring else None,
     }
 
 
-def _workspace_arn(config: MonitoringConfig) -> str | None:
-    """The existing workspace remote write goes to (a made one is refused at plan time for now)."""
-    from gpuforge.monitoring.config import WorkspaceRef
-
-    return config.remote_write.workspace_arn if isinstance(config.remote_write, WorkspaceRef) else None
+def _made(
+    monitoring: ControllerMonitoring | None, resources: MonitoringResources | None, what: str
+) -> pulumi.Output[str] | None:
+    """The ARN of the workspace (`remoteWrite: amp`) or topic (`alerts.sns: create`) `resources` made; None else."""
+    if monitoring is None or resources is None:
+        return None
+    if what == "workspace":
+        return resources.workspace_arn if monitoring.config.remote_write == "amp" else None
+    alerts = monitoring.config.alerts
+    return resources.topic_arn if alerts is not None and alerts.sns == "create" else None
 
 
 def _links_cluster_bucket(spec: GpuClusterSpec) -> bool:

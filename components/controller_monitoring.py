@@ -2,7 +2,9 @@
 
 `stack_monitoring` reads a stack's `gpuforge:monitoring` block and renders the controller's
 files with `gpuforge monitoring render`'s own function (`gpuforge.monitoring.cli.render_set`),
-so the controller's user data holds exactly what the CLI writes. The GPU nodes' dcgm-exporter
+so the controller's user data holds exactly what the CLI writes. A workspace (`remoteWrite: amp`)
+or topic (`alerts.sns: create`) that MonitoringResources makes has an ARN only at `pulumi up`:
+such a block is rendered then, inside the user data's `Output.all(...).apply(...)`, by `files_for`. The GPU nodes' dcgm-exporter
 field list is the image's, and the dashboards and the sizing estimate are for people, so
 only Prometheus's and Alertmanager's files go to the controller (`CONTROLLER_FILES`, rules/*).
 
@@ -12,7 +14,7 @@ inside the functions, never at module level.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +37,20 @@ class ControllerMonitoring:
 
     config: MonitoringConfig
     files: Mapping[str, str] = field(default_factory=dict)
+    # (made workspace ARN, made topic ARN) -> files, for a block that needs them; None: `files` is all.
+    render: Callable[[str | None, str | None], Mapping[str, str]] | None = None
+
+    @property
+    def needs_made_arns(self) -> bool:
+        """Whether the files name a workspace or topic MonitoringResources makes (amp, create)."""
+        alerts = self.config.alerts
+        return self.config.remote_write == "amp" or (alerts is not None and alerts.sns == "create")
+
+    def files_for(self, workspace_arn: str | None, topic_arn: str | None) -> Mapping[str, str]:
+        """The files with the made workspace's and topic's ARNs (None where nothing was made)."""
+        if self.render is None:
+            return self.files
+        return self.render(workspace_arn, topic_arn)
 
 
 def controller_files(rendered: Mapping[str, str]) -> dict[str, str]:
@@ -51,8 +67,9 @@ def controller_files(rendered: Mapping[str, str]) -> dict[str, str]:
 def stack_monitoring(stack_dir: Path, stack: str) -> ControllerMonitoring | None:
     """The controller's monitoring for stack `stack` of `stack_dir`; None where it is disabled.
 
-    A block the cluster cannot honour (remoteWrite: amp, alerts.sns: create, both still unbuilt)
-    is an InputError (exit 2) with the field and the fix, as `gpuforge monitoring render` says it.
+    A block the cluster cannot honour is an InputError (exit 2) with the field and the fix, as
+    `gpuforge monitoring render` says it. Without a made workspace or topic the files are rendered
+    now; with one, `files` is empty and `render` renders them once the ARNs are known.
     """
     from gpuforge.monitoring.cli import render_set
     from gpuforge.monitoring.config import load_stack
@@ -60,5 +77,12 @@ def stack_monitoring(stack_dir: Path, stack: str) -> ControllerMonitoring | None
     _, monitoring = load_stack(stack_dir, stack)
     if not monitoring.enabled:
         return None
-    _, rendered = render_set(stack_dir, stack)
-    return ControllerMonitoring(config=monitoring, files=controller_files(rendered))
+
+    def render(workspace_arn: str | None, topic_arn: str | None) -> dict[str, str]:
+        _, rendered = render_set(stack_dir, stack, workspace_arn=workspace_arn, topic_arn=topic_arn)
+        return controller_files(rendered)
+
+    pending = ControllerMonitoring(config=monitoring, render=render)
+    if pending.needs_made_arns:
+        return pending
+    return ControllerMonitoring(config=monitoring, files=render(None, None))

@@ -197,6 +197,10 @@ class SlurmControllerArgs:
     # Prometheus, Alertmanager and the drain receiver on the controller (components.controller_monitoring);
     # None: none of them.
     monitoring: ControllerMonitoring | None = None
+    # The workspace and topic MonitoringResources made for `remoteWrite: amp` / `alerts.sns: create`
+    # (None where none was made): the controller's prometheus.yml and alertmanager.yml name them.
+    made_workspace_arn: pulumi.Input[str] | None = None
+    made_topic_arn: pulumi.Input[str] | None = None
 
 
 class SlurmController(pulumi.ComponentResource):
@@ -207,6 +211,7 @@ class SlurmController(pulumi.ComponentResource):
     key_secret_arn: pulumi.Output[str]
     registration: pulumi.Output[str]
     files: pulumi.Output[dict[str, str]]
+    monitoring_files: pulumi.Output[dict[str, str]]
     security_group_id: pulumi.Output[str]
     role_arn: pulumi.Output[str]
     role_name: pulumi.Output[str]
@@ -268,7 +273,13 @@ class SlurmController(pulumi.ComponentResource):
             tags={**tags, "Name": f"{name}-state"},
             opts=self._child,
         )
-        user_data = pulumi.Output.all(planned, volume.id, secret.arn, self.files).apply(
+        # Rendered once the made workspace's and topic's ARNs are known (components.controller_monitoring).
+        self.monitoring_files = pulumi.Output.all(args.made_workspace_arn, args.made_topic_arn).apply(
+            lambda arns: dict(monitoring.files_for(arns[0], arns[1])) if monitoring is not None else {}
+        )
+        user_data = pulumi.Output.all(
+            planned, volume.id, secret.arn, self.files, self.monitoring_files
+        ).apply(
             lambda values: _encoded(
                 render_controller(
                     ControllerParams(
@@ -281,7 +292,7 @@ class SlurmController(pulumi.ComponentResource):
                         files=values[3],
                         topology_sync=topology_sync,
                         alert_receiver=monitoring is not None and monitoring.config.drain_on_alert,
-                        monitoring_files=monitoring.files if monitoring is not None else {},
+                        monitoring_files=values[4],
                     )
                 )
             )

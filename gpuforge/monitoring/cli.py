@@ -71,8 +71,16 @@ def register(subparsers: Any) -> None:
     receiver.set_defaults(handler=_receiver)
 
 
-def render_set(stack_dir: Path, stack: str) -> tuple[str, dict[str, str]]:
-    """(cluster name, relative path -> text) of the stack's monitoring files."""
+def render_set(
+    stack_dir: Path, stack: str, *, workspace_arn: str | None = None, topic_arn: str | None = None
+) -> tuple[str, dict[str, str]]:
+    """(cluster name, relative path -> text) of the stack's monitoring files.
+
+    `workspace_arn` and `topic_arn` are the workspace and topic MonitoringResources made for
+    `remoteWrite: amp` and `alerts.sns: create`: they exist only once `pulumi up` made them, so the
+    controller's user data renders with them (components/slurm_controller.py), and the offline CLI,
+    which has neither, refuses those two values (exit 2) rather than invent an ARN.
+    """
     from gpuforge import hardware
     from gpuforge.monitoring.alertmanager import alertmanager_config
     from gpuforge.monitoring.config import KEY, WorkspaceRef, load_stack
@@ -97,11 +105,19 @@ def render_set(stack_dir: Path, stack: str) -> tuple[str, dict[str, str]]:
             f"{stack} has no monitoring to render. Fix: set `{KEY}: {{enabled: true}}` on a stack with "
             "`gpuforge:scheduler: {type: slurm, ...}`."
         )
-    if monitoring.remote_write == "amp":
+    if monitoring.remote_write == "amp" and workspace_arn is None:
         raise InputError(
-            f"{config.source}: {KEY}.remoteWrite = 'amp': the workspace is made by the monitoring component, "
-            "which gpuforge does not build yet, so there is no workspace to write to. Fix: give an existing "
-            "workspace (`remoteWrite: {workspaceArn: arn:aws:aps:...}`), or `remoteWrite: none`."
+            f"{config.source}: {KEY}.remoteWrite = 'amp': the workspace is made by `pulumi up`, and its ARN is "
+            "known only then, so there is no remote-write URL to render offline. Fix: render with "
+            "`remoteWrite: {workspaceArn: arn:aws:aps:...}` to check the file offline, or see the controller's "
+            "/etc/gpuforge/monitoring after `pulumi up`."
+        )
+    if monitoring.alerts is not None and monitoring.alerts.sns == "create" and topic_arn is None:
+        raise InputError(
+            f"{config.source}: {KEY}.alerts.sns = 'create': the topic is made by `pulumi up`, and its ARN is "
+            "known only then, so there is no topic to render offline. Fix: render with "
+            "`alerts: {sns: arn:aws:sns:...}` to check the file offline, or see the controller's "
+            "/etc/gpuforge/monitoring after `pulumi up`."
         )
     cluster = stack_cluster(config)
     slurm_conf = next(text for name, text in render_files(cluster).items() if str(name) == "slurm.conf")
@@ -115,7 +131,7 @@ def render_set(stack_dir: Path, stack: str) -> tuple[str, dict[str, str]]:
         nodes=config.node_count,
         controller=str(config.scheduler.controller_instance_type),
         slurm_metrics=slurm_metrics,
-        remote_write=isinstance(monitoring.remote_write, WorkspaceRef),
+        remote_write=isinstance(monitoring.remote_write, WorkspaceRef) or monitoring.remote_write == "amp",
     )
     files = {
         "prometheus.yml": prometheus_config(
@@ -124,10 +140,16 @@ def render_set(stack_dir: Path, stack: str) -> tuple[str, dict[str, str]]:
             instance_type=config.instance_type,
             monitoring=monitoring,
             slurmctld_port=cluster.site.slurmctld_port if slurm_metrics else None,
+            workspace_arn=workspace_arn,
+            source=config.source,
         ),
         "prometheus.flags": prometheus_flags(monitoring, cluster=cluster.name),
         "alertmanager.yml": alertmanager_config(
-            cluster=cluster.name, region=config.region, monitoring=monitoring, source=config.source
+            cluster=cluster.name,
+            region=config.region,
+            monitoring=monitoring,
+            source=config.source,
+            topic_arn=topic_arn,
         ),
         f"{RULES_DIR}/{ALERTS_FILE}": alerts,
         f"{RULES_DIR}/{USAGE_FILE}": recording_rules(cluster=cluster.name),

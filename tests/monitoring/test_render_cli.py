@@ -68,7 +68,7 @@ def test_a_stack_without_monitoring_is_exit_2_with_the_fix(
         ({"retentionDays": -1}, "gpuforge:monitoring.retentionDays = -1"),
     ],
 )
-def test_what_this_slice_cannot_render_is_exit_2_naming_the_key(
+def test_what_cannot_render_offline_is_exit_2_naming_the_key(
     make_stack: StackMaker, tmp_path: Path, capsys: pytest.CaptureFixture[str], block: object, named: str
 ) -> None:
     folder = make_stack(**{"gpuforge:monitoring": block})
@@ -86,3 +86,22 @@ def test_a_workspace_gets_remote_write_with_sigv4(make_stack: StackMaker, tmp_pa
     url = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-0123abcd-4567-89ef-0123-456789abcdef"
     assert f"url: {url}/api/v1/remote_write" in text
     assert "region: us-west-2" in text
+
+
+@pytest.mark.parametrize(
+    ("block", "offline"),
+    [
+        ({"remoteWrite": "amp"}, "`remoteWrite: {workspaceArn: arn:aws:aps:...}`"),
+        ({"alerts": {"sns": "create"}}, "`alerts: {sns: arn:aws:sns:...}`"),
+    ],
+)
+def test_a_made_workspace_or_topic_is_known_only_at_pulumi_up_and_the_cli_says_so(
+    make_stack: StackMaker, tmp_path: Path, capsys: pytest.CaptureFixture[str], block: object, offline: str
+) -> None:
+    folder = make_stack(**{"gpuforge:monitoring": block})
+    assert main(["monitoring", "render", str(folder), "--stack", "test", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "made by `pulumi up`, and its ARN is known only then" in err
+    assert offline in err and "/etc/gpuforge/monitoring after `pulumi up`" in err
+    assert "does not build yet" not in err
+    assert not (tmp_path / "o").exists()
