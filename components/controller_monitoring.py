@@ -71,7 +71,7 @@ def stack_monitoring(stack_dir: Path, stack: str) -> ControllerMonitoring | None
     `gpuforge monitoring render` says it. Without a made workspace or topic the files are rendered
     now; with one, `files` is empty and `render` renders them once the ARNs are known.
     """
-    from gpuforge.monitoring.cli import render_set
+    from gpuforge.monitoring.cli import check_stack, render_set
     from gpuforge.monitoring.config import load_stack
 
     _, monitoring = load_stack(stack_dir, stack)
@@ -84,5 +84,6 @@ def stack_monitoring(stack_dir: Path, stack: str) -> ControllerMonitoring | None
 
     pending = ControllerMonitoring(config=monitoring, render=render)
     if pending.needs_made_arns:
+        check_stack(stack_dir, stack)  # what does not wait for the ARNs is refused now, at plan time
         return pending
     return ControllerMonitoring(config=monitoring, files=render(None, None))

@@ -71,6 +71,11 @@ KEY_BYTES = 1024
 STATE_DEVICE = "/dev/sdf"
 STATE_VOLUME_GIB = 20
 ROOT_VOLUME_GIB = 40
+# Prometheus keeps its data on the root volume (images/files/gpuforge-prometheus.service,
+# --storage.tsdb.path=/var/lib/gpuforge/prometheus), beside the image's own software: "CUDA toolkit,
+# cuDNN, NCCL, DCGM and the driver take roughly 20 GiB installed" (images/render.py, ROOT_VOLUME_GIB).
+IMAGE_INSTALLED_GIB = 20
+PROMETHEUS_DISK_GIB = ROOT_VOLUME_GIB - IMAGE_INSTALLED_GIB
 VOLUME_TYPE = "gp3"
 HTTPS = 443
 ALL_TRAFFIC = "-1"

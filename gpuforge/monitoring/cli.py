@@ -17,11 +17,19 @@ on 127.0.0.1 until stopped; exit 2 when the port cannot be opened.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuforge.errors import InputError
 from gpuforge.rendered_set import Recognise, write_set
+
+if TYPE_CHECKING:
+    from gpuforge.hardware import InstanceType
+    from gpuforge.monitoring.config import MonitoringConfig
+    from gpuforge.monitoring.sizing import Estimate
+    from gpuforge.scheduler.render import SlurmCluster
+    from gpuforge.stack_config import StackConfig
 
 RULES_DIR = "rules"
 
@@ -71,30 +79,34 @@ def register(subparsers: Any) -> None:
     receiver.set_defaults(handler=_receiver)
 
 
-def render_set(
-    stack_dir: Path, stack: str, *, workspace_arn: str | None = None, topic_arn: str | None = None
-) -> tuple[str, dict[str, str]]:
-    """(cluster name, relative path -> text) of the stack's monitoring files.
+def check_stack(stack_dir: Path, stack: str) -> None:
+    """Refuse (InputError, exit 2) a monitoring block the stack's cluster cannot honour, before any ARN exists.
 
-    `workspace_arn` and `topic_arn` are the workspace and topic MonitoringResources made for
-    `remoteWrite: amp` and `alerts.sns: create`: they exist only once `pulumi up` made them, so the
-    controller's user data renders with them (components/slurm_controller.py), and the offline CLI,
-    which has neither, refuses those two values (exit 2) rather than invent an ARN.
+    `render_set` runs these checks too; a stack whose files wait for a made workspace or topic
+    (components.controller_monitoring) runs them at program time through this function.
     """
+    _checked(stack_dir, stack)
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """What every render of a stack starts from, once the block is known to fit the cluster."""
+
+    config: StackConfig
+    monitoring: MonitoringConfig
+    cluster: SlurmCluster
+    instance: InstanceType
+    slurm_metrics: bool  # slurmctld serves its own metrics (prometheus.serves_slurm_metrics)
+    sizing: Estimate
+
+
+def _checked(stack_dir: Path, stack: str) -> _Checked:
+    """The stack's config, cluster and sizing; InputError where the block cannot be honoured."""
     from gpuforge import hardware
-    from gpuforge.monitoring.alertmanager import alertmanager_config
+    from gpuforge.components.slurm_controller import PROMETHEUS_DISK_GIB
     from gpuforge.monitoring.config import KEY, WorkspaceRef, load_stack
-    from gpuforge.monitoring.dashboards import dashboard_files
-    from gpuforge.monitoring.fields import FIELDS_FILE, field_list_csv
-    from gpuforge.monitoring.prometheus import (
-        DCGM_JOB,
-        NODE_JOB,
-        prometheus_config,
-        prometheus_flags,
-        serves_slurm_metrics,
-    )
-    from gpuforge.monitoring.rules import ALERTS_FILE, USAGE_FILE, alert_rules, recording_rules
-    from gpuforge.monitoring.sizing import SIZING_FILE, estimate, sizing_json
+    from gpuforge.monitoring.prometheus import SCRAPE_INTERVAL_S, serves_slurm_metrics
+    from gpuforge.monitoring.sizing import estimate, max_retention_days, retention_problem
     from gpuforge.scheduler.render import render_files
     from gpuforge.scheduler.stack import stack_cluster
 
@@ -105,6 +117,73 @@ def render_set(
             f"{stack} has no monitoring to render. Fix: set `{KEY}: {{enabled: true}}` on a stack with "
             "`gpuforge:scheduler: {type: slurm, ...}`."
         )
+    cluster = stack_cluster(config)
+    slurm_conf = next(text for name, text in render_files(cluster).items() if str(name) == "slurm.conf")
+    instance = hardware.get(config.instance_type)
+    slurm_metrics = serves_slurm_metrics(slurm_conf)
+    sizing = estimate(
+        instance,
+        nodes=config.node_count,
+        controller=str(config.scheduler.controller_instance_type),
+        slurm_metrics=slurm_metrics,
+        remote_write=isinstance(monitoring.remote_write, WorkspaceRef) or monitoring.remote_write == "amp",
+    )
+    problem = retention_problem(
+        sizing.series,
+        retention_days=monitoring.retention_days,
+        scrape_interval_s=SCRAPE_INTERVAL_S,
+        disk_gib=PROMETHEUS_DISK_GIB,
+        where="the controller's root volume keeps for Prometheus (/var/lib/gpuforge/prometheus)",
+    )
+    if problem is not None:
+        most = max_retention_days(
+            sizing.series, scrape_interval_s=SCRAPE_INTERVAL_S, disk_gib=PROMETHEUS_DISK_GIB
+        )
+        fix = (
+            f"set retentionDays to {most} or fewer, and for a longer history write to Amazon Managed Service "
+            "for Prometheus (`remoteWrite: amp` or `{workspaceArn: ...}`), which keeps it off the controller "
+            "(the controller's volume is not configurable yet)"
+            if most
+            else "not even one day fits: give the cluster fewer nodes (gpuforge:nodeCount); the controller's "
+            "volume is not configurable yet (components/slurm_controller.py, ROOT_VOLUME_GIB)"
+        )
+        raise InputError(
+            f"{config.source}: {KEY}.retentionDays = {monitoring.retention_days}: {problem}. Fix: {fix}."
+        )
+    return _Checked(config, monitoring, cluster, instance, slurm_metrics, sizing)
+
+
+def render_set(
+    stack_dir: Path, stack: str, *, workspace_arn: str | None = None, topic_arn: str | None = None
+) -> tuple[str, dict[str, str]]:
+    """(cluster name, relative path -> text) of the stack's monitoring files.
+
+    `workspace_arn` and `topic_arn` are the workspace and topic MonitoringResources made for
+    `remoteWrite: amp` and `alerts.sns: create`: they exist only once `pulumi up` made them, so the
+    controller's user data renders with them (components/slurm_controller.py), and the offline CLI,
+    which has neither, refuses those two values (exit 2) rather than invent an ARN.
+    """
+    from gpuforge.monitoring.alertmanager import alertmanager_config
+    from gpuforge.monitoring.config import KEY
+    from gpuforge.monitoring.dashboards import dashboard_files
+    from gpuforge.monitoring.fields import FIELDS_FILE, field_list_csv
+    from gpuforge.monitoring.prometheus import (
+        DCGM_JOB,
+        NODE_JOB,
+        prometheus_config,
+        prometheus_flags,
+    )
+    from gpuforge.monitoring.rules import ALERTS_FILE, USAGE_FILE, alert_rules, recording_rules
+    from gpuforge.monitoring.sizing import SIZING_FILE, sizing_json
+
+    checked = _checked(stack_dir, stack)
+    config, monitoring, cluster, instance = (
+        checked.config,
+        checked.monitoring,
+        checked.cluster,
+        checked.instance,
+    )
+    slurm_metrics = checked.slurm_metrics
     if monitoring.remote_write == "amp" and workspace_arn is None:
         raise InputError(
             f"{config.source}: {KEY}.remoteWrite = 'amp': the workspace is made by `pulumi up`, and its ARN is "
@@ -119,19 +198,8 @@ def render_set(
             "`alerts: {sns: arn:aws:sns:...}` to check the file offline, or see the controller's "
             "/etc/gpuforge/monitoring after `pulumi up`."
         )
-    cluster = stack_cluster(config)
-    slurm_conf = next(text for name, text in render_files(cluster).items() if str(name) == "slurm.conf")
-    instance = hardware.get(config.instance_type)
-    slurm_metrics = serves_slurm_metrics(slurm_conf)
     alerts = alert_rules(
         cluster=cluster.name, gpu_count=instance.gpu_count, dcgm_job=DCGM_JOB, node_job=NODE_JOB
-    )
-    sizing = estimate(
-        instance,
-        nodes=config.node_count,
-        controller=str(config.scheduler.controller_instance_type),
-        slurm_metrics=slurm_metrics,
-        remote_write=isinstance(monitoring.remote_write, WorkspaceRef) or monitoring.remote_write == "amp",
     )
     files = {
         "prometheus.yml": prometheus_config(
@@ -155,7 +223,7 @@ def render_set(
         f"{RULES_DIR}/{USAGE_FILE}": recording_rules(cluster=cluster.name),
         FIELDS_FILE: field_list_csv(instance, cluster=cluster.name),
         **dashboard_files(cluster=cluster.name, alert_rules_text=alerts),
-        SIZING_FILE: sizing_json(sizing, cluster=cluster.name),
+        SIZING_FILE: sizing_json(checked.sizing, cluster=cluster.name),
     }
     return cluster.name, files
 

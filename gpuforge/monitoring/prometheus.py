@@ -41,7 +41,8 @@ SLURM_METRICS_PATHS = (
     "/metrics/scheduler",
     "/metrics/jobs-users-accts",
 )
-SCRAPE_INTERVAL = "15s"
+SCRAPE_INTERVAL_S = 15
+SCRAPE_INTERVAL = f"{SCRAPE_INTERVAL_S}s"
 RULE_FILES = "rules/*.yml"
 
 

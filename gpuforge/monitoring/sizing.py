@@ -31,6 +31,13 @@ TOO_SMALL = "controller too small"
 REMOTE_WRITE = "remote write"
 UNKNOWN = "controller memory unknown"
 _MIB = 2**20
+_GIB = 2**30
+_SECONDS_PER_DAY = 86400
+# "on average, Prometheus uses only around 1-2 bytes per sample", and
+# needed_disk_space = retention_time_seconds * ingested_samples_per_second * bytes_per_sample.
+# The upper figure, to be safe. Source: https://prometheus.io/docs/prometheus/latest/storage/#operational-aspects
+BYTES_PER_SAMPLE_ON_DISK = 2
+DISK_SOURCE = "https://prometheus.io/docs/prometheus/latest/storage/#operational-aspects"
 
 
 @dataclass(frozen=True)
@@ -218,3 +225,33 @@ def summary(text: str) -> list[str]:
         f"Prometheus needs about {sizing['prometheus_memory_mib']} MiB",
         f"sizing: {sizing['verdict']}: {sizing['advice']}",
     ]
+
+
+def disk_bytes(series: int, *, retention_days: int, scrape_interval_s: int) -> int:
+    """Bytes Prometheus keeps on disk for `series` scraped every `scrape_interval_s` for `retention_days`
+    (the storage documentation's formula, BYTES_PER_SAMPLE_ON_DISK a sample)."""
+    samples_per_day = series * _SECONDS_PER_DAY // scrape_interval_s
+    return retention_days * samples_per_day * BYTES_PER_SAMPLE_ON_DISK
+
+
+def retention_problem(
+    series: int, *, retention_days: int, scrape_interval_s: int, disk_gib: int, where: str
+) -> str | None:
+    """Why `retention_days` of `series` do not fit in `disk_gib` GiB (`where` names the disk); None: they fit."""
+    needed = disk_bytes(series, retention_days=retention_days, scrape_interval_s=scrape_interval_s)
+    room = disk_gib * _GIB
+    if needed <= room:
+        return None
+    per_day = disk_bytes(series, retention_days=1, scrape_interval_s=scrape_interval_s)
+    most = max_retention_days(series, scrape_interval_s=scrape_interval_s, disk_gib=disk_gib)
+    return (
+        f"{retention_days} days of {series} series scraped every {scrape_interval_s}s at "
+        f"{BYTES_PER_SAMPLE_ON_DISK} bytes a sample ({DISK_SOURCE}) need {needed / _GIB:.1f} GiB "
+        f"({per_day / _GIB:.2f} GiB a day), more than the {disk_gib} GiB {where} holds; "
+        f"at most {most} days fit"
+    )
+
+
+def max_retention_days(series: int, *, scrape_interval_s: int, disk_gib: int) -> int:
+    """The most whole days of `series` that `disk_gib` GiB hold (disk_bytes); 0: not even one."""
+    return disk_gib * _GIB // disk_bytes(series, retention_days=1, scrape_interval_s=scrape_interval_s)

@@ -107,22 +107,28 @@ def test_a_cluster_no_controller_holds_is_told_to_remote_write() -> None:
     assert written.verdict == REMOTE_WRITE and "(remoteWrite is set)" in written.advice
 
 
-def test_render_prints_the_verdict_and_still_writes(
+def test_a_cluster_too_big_for_the_controller_is_refused_for_its_disk_before_its_memory(
     make_stack: StackMaker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # At 2 bytes a sample every 15 s, a day of a series takes 11,520 bytes on disk and 1,931 bytes of memory:
+    # the controller's 20 GiB for Prometheus bind before the memory of any listed controller type does.
     nodes = max_nodes(P5, "m7i.xlarge") + 1
+    assert estimate(
+        P5, nodes=nodes, controller="m7i.xlarge", slurm_metrics=True, remote_write=False
+    ).verdict == (TOO_SMALL)
     folder = make_stack(
         **{
             "gpuforge:nodeCount": nodes,
             "gpuforge:scheduler": {"type": "slurm", "controllerInstanceType": "m7i.xlarge"},
+            "gpuforge:monitoring": {"retentionDays": 1},
         }
     )
     out = tmp_path / "out"
-    assert main(["monitoring", "render", str(folder), "--stack", "test", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert f"sizing: {nodes} nodes x (" in printed
-    assert f"sizing: {TOO_SMALL}: m7i.xlarge is too small" in printed
-    assert json.loads((out / "sizing.json").read_text(encoding="utf-8"))["verdict"] == TOO_SMALL
+    assert main(["monitoring", "render", str(folder), "--stack", "test", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "gpuforge:monitoring.retentionDays = 1" in err and "at most 0 days fit" in err
+    assert "Fix: not even one day fits: give the cluster fewer nodes" in err
+    assert not out.exists()
 
 
 def test_a_controller_without_a_memory_row_is_said_so(
@@ -132,3 +138,22 @@ def test_a_controller_without_a_memory_row_is_said_so(
     assert main(["monitoring", "render", str(folder), "--stack", "test", "--out", str(tmp_path / "o")]) == 0
     printed = capsys.readouterr().out
     assert f"sizing: {UNKNOWN}: gpuforge does not know m6i.2xlarge's memory" in printed
+
+
+def test_disk_bytes_follow_prometheus_s_storage_formula() -> None:
+    from gpuforge.monitoring.sizing import disk_bytes, retention_problem
+
+    # 1,000 series every 15 s: 5,760 samples a day each, 2 bytes a sample.
+    assert disk_bytes(1000, retention_days=1, scrape_interval_s=15) == 1000 * 5760 * 2
+    assert disk_bytes(1000, retention_days=10, scrape_interval_s=30) == 1000 * 2880 * 2 * 10
+    assert (
+        retention_problem(1000, retention_days=10, scrape_interval_s=15, disk_gib=1, where="the disk") is None
+    )
+    problem = retention_problem(
+        100_000, retention_days=30, scrape_interval_s=15, disk_gib=20, where="the disk"
+    )
+    assert (
+        problem is not None
+        and "at most 18 days fit" in problem
+        and "more than the 20 GiB the disk" in problem
+    )
