@@ -40,6 +40,8 @@ from gpuforge.components.efa_layout import InterfaceSlot, interface_layout
 from gpuforge.components.input_errors import invalid
 from gpuforge.components.specs import AmiPin, CapacitySpec, NodeMode
 from gpuforge.components.user_data import FsxMount, SlurmJoin, UserDataParams, render
+from gpuforge.images.disk import ROOT_VOLUME_GIB as IMAGE_ROOT_VOLUME_GIB
+from gpuforge.images.disk import SNAPSHOT_SOURCE as IMAGE_SNAPSHOT_SOURCE
 
 TOKEN = "gpuforge:nodes:GpuNodeGroup"
 
@@ -268,13 +270,15 @@ def _check_args(args: GpuNodeGroupArgs) -> None:
             "use 1, or 2 for containers",
             source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/configuring-IMDS-existing-instances.html",
         )
-    if not 8 <= args.root_volume_gib <= 16384:
+    if not IMAGE_ROOT_VOLUME_GIB <= args.root_volume_gib <= 16384:
         raise invalid(
             "root_volume_gib",
             args.root_volume_gib,
-            "a gp3 volume is 1-16384 GiB, and a GPU AMI's root needs room for drivers and CUDA",
-            "use 8 to 16384",
-            source="https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html",
+            f"a gp3 volume is at most 16384 GiB, and a root volume cannot be smaller than the AMI's root "
+            f"snapshot: gpuforge images are built with {IMAGE_ROOT_VOLUME_GIB} GiB (images/disk.py), so a "
+            "smaller root fails to launch",
+            f"use {IMAGE_ROOT_VOLUME_GIB} to 16384",
+            source=IMAGE_SNAPSHOT_SOURCE,
         )
     if args.wait_for_capacity_timeout is not None:
         cluster_rules.check_wait_timeout(args.wait_for_capacity_timeout)

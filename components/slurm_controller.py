@@ -55,6 +55,7 @@ from gpuforge.components.controller_monitoring import ControllerMonitoring
 from gpuforge.components.input_errors import invalid
 from gpuforge.components.specs import AmiPin, CapacityType, SchedulerSpec
 from gpuforge.components.user_data import ControllerParams, render_controller
+from gpuforge.images.disk import ROOT_VOLUME_GIB as IMAGE_ROOT_VOLUME_GIB
 from gpuforge.scheduler import versions
 from gpuforge.scheduler.render import ConfigFile, SlurmCluster, SlurmSite, node_registration, render_files
 from gpuforge.scheduler.topology import NetworkTopology
@@ -70,10 +71,12 @@ SUBNET_SOURCE = "https://docs.aws.amazon.com/vpc/latest/userguide/subnet-sizing.
 KEY_BYTES = 1024
 STATE_DEVICE = "/dev/sdf"
 STATE_VOLUME_GIB = 20
-ROOT_VOLUME_GIB = 40
+# The controller boots the cluster's GPU image, whose root snapshot is images/disk.ROOT_VOLUME_GIB:
+# a smaller root volume fails to launch (EBS: a volume from a snapshot is at least the snapshot's size).
+ROOT_VOLUME_GIB = IMAGE_ROOT_VOLUME_GIB
 # Prometheus keeps its data on the root volume (images/files/gpuforge-prometheus.service,
 # --storage.tsdb.path=/var/lib/gpuforge/prometheus), beside the image's own software: "CUDA toolkit,
-# cuDNN, NCCL, DCGM and the driver take roughly 20 GiB installed" (images/render.py, ROOT_VOLUME_GIB).
+# cuDNN, NCCL, DCGM and the driver take roughly 20 GiB installed" (images/disk.py).
 IMAGE_INSTALLED_GIB = 20
 PROMETHEUS_DISK_GIB = ROOT_VOLUME_GIB - IMAGE_INSTALLED_GIB
 VOLUME_TYPE = "gp3"

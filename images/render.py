@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gpuforge.errors import InputError
 from gpuforge.images import hcl
+from gpuforge.images.disk import ROOT_VOLUME_GIB
 from gpuforge.images.hcl import Attr, Blank, Block, Comment, Expr
 from gpuforge.images.matrix import Matrix
 from gpuforge.images.payload import write_payload
@@ -46,9 +47,6 @@ AMAZON_PLUGIN_VERSION = "1.4.0"
 # network, not a GPU (the node agent checks the loaded driver and EFA devices at boot). x86_64 like
 # every GPU target gpuforge knows; 16 vCPUs keep the DKMS builds short.
 BUILDER_INSTANCE_TYPE = "c6i.4xlarge"
-# CUDA toolkit, cuDNN, NCCL, DCGM and the driver take roughly 20 GiB installed; the rest leaves room
-# for container images pulled at boot.
-ROOT_VOLUME_GIB = 100
 # gp3's baseline, which packer 1.6.6 requires to be stated for gp3.
 # Source: https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-ebs-volume-type
 GP3_THROUGHPUT_MIBPS = 125

@@ -38,6 +38,7 @@ from gpuforge.components.efa_layout import interface_layout
 from gpuforge.errors import GpuforgeError
 from gpuforge.hardware import NetworkCard
 from gpuforge.hardware import get as hardware_get
+from gpuforge.images.disk import ROOT_VOLUME_GIB as IMAGE_ROOT_VOLUME_GIB
 from gpuforge.pulumi_mocks import GpuforgeMocks
 
 
@@ -194,3 +195,9 @@ def test_health_permission_is_scoped_to_the_own_group(mocks: GpuforgeMocks) -> N
 def test_hop_limit_two_for_containers(mocks: GpuforgeMocks) -> None:
     run(lambda: GpuCluster("demo", cluster_spec(imds_hop_limit=2, bucket=None)).launch_template_id)
     assert one(mocks, LAUNCH_TEMPLATE).inputs["metadataOptions"]["httpPutResponseHopLimit"] == 2
+
+
+def test_a_root_volume_smaller_than_the_image_s_is_refused() -> None:
+    # EC2 cannot make a root volume smaller than the AMI's root snapshot: the node would never launch.
+    with pytest.raises(GpuforgeError, match=f"gpuforge images are built with {IMAGE_ROOT_VOLUME_GIB} GiB"):
+        GpuCluster("demo", cluster_spec(root_volume_gib=IMAGE_ROOT_VOLUME_GIB - 1, bucket=None))

@@ -38,6 +38,7 @@ from gpuforge.components.slurm_controller import (
 from gpuforge.components.user_data import SlurmJoin, UserDataParams
 from gpuforge.components.user_data import render as render_user_data
 from gpuforge.errors import InputError
+from gpuforge.images.disk import ROOT_VOLUME_GIB as IMAGE_ROOT_VOLUME_GIB
 from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedResource, install
 from gpuforge.scheduler.render import SlurmSite, node_registration
 
@@ -97,6 +98,8 @@ def test_the_controller_instance_sits_at_its_fixed_address_in_the_private_subnet
     assert instance.inputs["metadataOptions"]["httpTokens"] == "required"
     assert instance.inputs["associatePublicIpAddress"] is False
     assert instance.inputs["rootBlockDevice"]["encrypted"] is True
+    # It boots the GPU image: a root smaller than the image's root snapshot would not launch.
+    assert instance.inputs["rootBlockDevice"]["volumeSize"] >= IMAGE_ROOT_VOLUME_GIB
     assert instance.inputs["userDataReplaceOnChange"] is True
     assert instance.inputs["tags"]["gpuforge:cluster"] == "demo"
     scheduler = out["summary"]["scheduler"]

@@ -110,8 +110,8 @@ def test_a_made_workspace_or_topic_is_known_only_at_pulumi_up_and_the_cli_says_s
 def test_retention_the_controller_disk_cannot_hold_is_exit_2_with_the_figures_and_the_fix(
     make_stack: StackMaker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    folder = make_stack(**{"gpuforge:nodeCount": 16, "gpuforge:monitoring": {"retentionDays": 40}})
+    folder = make_stack(**{"gpuforge:nodeCount": 16, "gpuforge:monitoring": {"retentionDays": 400}})
     assert main(["monitoring", "render", str(folder), "--stack", "test", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "gpuforge:monitoring.retentionDays = 40" in err and "GiB" in err and "Fix:" in err
+    assert "gpuforge:monitoring.retentionDays = 400" in err and "GiB" in err and "Fix:" in err
     assert not (tmp_path / "o").exists()

@@ -107,11 +107,11 @@ def test_a_cluster_no_controller_holds_is_told_to_remote_write() -> None:
     assert written.verdict == REMOTE_WRITE and "(remoteWrite is set)" in written.advice
 
 
-def test_a_cluster_too_big_for_the_controller_is_refused_for_its_disk_before_its_memory(
+def test_a_cluster_too_big_for_the_controller_s_memory_is_said_so_and_still_rendered(
     make_stack: StackMaker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # At 2 bytes a sample every 15 s, a day of a series takes 11,520 bytes on disk and 1,931 bytes of memory:
-    # the controller's 20 GiB for Prometheus bind before the memory of any listed controller type does.
+    # One day of retention fits the controller's 80 GiB for Prometheus, so the memory binds first here:
+    # the verdict is advice (the render is still written), naming the controller and the memory.
     nodes = max_nodes(P5, "m7i.xlarge") + 1
     assert estimate(
         P5, nodes=nodes, controller="m7i.xlarge", slurm_metrics=True, remote_write=False
@@ -124,10 +124,27 @@ def test_a_cluster_too_big_for_the_controller_is_refused_for_its_disk_before_its
         }
     )
     out = tmp_path / "out"
+    assert main(["monitoring", "render", str(folder), "--stack", "test", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"sizing: {TOO_SMALL}" in printed and "m7i.xlarge" in printed
+    assert (out / "sizing.json").is_file()
+
+
+def test_a_cluster_whose_history_does_not_fit_the_disk_is_refused(
+    make_stack: StackMaker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # At the default 15 days the disk binds first (a series takes 11,520 bytes of disk a day).
+    nodes = max_nodes(P5, "m7i.xlarge") + 1
+    folder = make_stack(
+        **{
+            "gpuforge:nodeCount": nodes,
+            "gpuforge:scheduler": {"type": "slurm", "controllerInstanceType": "m7i.xlarge"},
+        }
+    )
+    out = tmp_path / "out"
     assert main(["monitoring", "render", str(folder), "--stack", "test", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "gpuforge:monitoring.retentionDays = 1" in err and "at most 0 days fit" in err
-    assert "Fix: not even one day fits: give the cluster fewer nodes" in err
+    assert "gpuforge:monitoring.retentionDays = 15" in err and "days fit" in err and "Fix:" in err
     assert not out.exists()
 
 

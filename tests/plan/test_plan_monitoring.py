@@ -170,17 +170,17 @@ def test_retention_the_controller_disk_cannot_hold_is_refused_at_plan_time(
     capsys: pytest.CaptureFixture[str], stack_copy: StackCopy, catalog_path: Path, remote_write: str
 ) -> None:
     # p5-prod: 16 p5.48xlarge, about 76,000 series (gpuforge.monitoring.sizing): about 0.8 GiB a day at 15s and
-    # 2 bytes a sample, so 40 days are past the 20 GiB Prometheus has on the controller, and 15 days fit.
-    block = {"retentionDays": 40, "remoteWrite": remote_write}
+    # 2 bytes a sample, so 120 days are past the 80 GiB Prometheus has on the controller, and 15 days fit.
+    block = {"retentionDays": 120, "remoteWrite": remote_write}
     stack_dir = stack_copy("p5-prod", overrides={"gpuforge:monitoring": block})
     assert main(["plan", str(stack_dir), "--stack", "p5-prod", "--catalog", str(catalog_path)]) == 2
     err = capsys.readouterr().err
-    assert "gpuforge:monitoring.retentionDays = 40" in err
-    assert "more than the 20 GiB" in err and "at most 24 days fit" in err
-    assert "Fix: set retentionDays to 24 or fewer" in err and "remoteWrite" in err
+    assert "gpuforge:monitoring.retentionDays = 120" in err
+    assert "more than the 80 GiB" in err and "at most 97 days fit" in err
+    assert "Fix: set retentionDays to 97 or fewer" in err and "remoteWrite" in err
     assert "Traceback" not in err
 
 
 def test_retention_that_fits_plans(stack_copy: StackCopy, catalog_path: Path) -> None:
-    stack_dir = stack_copy("p5-prod", overrides={"gpuforge:monitoring": {"retentionDays": 24}})
+    stack_dir = stack_copy("p5-prod", overrides={"gpuforge:monitoring": {"retentionDays": 97}})
     assert main(["plan", str(stack_dir), "--stack", "p5-prod", "--catalog", str(catalog_path)]) == 0
