@@ -8,29 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from stack_files import slurm_stack, write_stack
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_STACKS = REPO / "stacks" / "training"
-MATRIX = REPO / "images" / "matrices" / "p5-h100-cuda12.yaml"
 TOOLS_ROOT = Path(os.environ.get("GPUFORGE_MONITORING_ROOT", REPO / ".cache" / "monitoring-root"))
 StackMaker = Callable[..., Path]
-
-
-def slurm_stack(**changes: Any) -> dict[str, Any]:
-    """A p5 stack with a Slurm controller; `changes` replace or add keys (None removes one)."""
-    config: dict[str, Any] = {
-        "aws:region": "us-east-1",
-        "gpuforge:matrix": str(MATRIX),
-        "gpuforge:instanceType": "p5.48xlarge",
-        "gpuforge:nodeCount": 2,
-        "gpuforge:nodeMode": "asg",
-        "gpuforge:availabilityZone": "us-east-1a",
-        "gpuforge:capacity": {"type": "on-demand"},
-        "gpuforge:scheduler": {"type": "slurm", "controllerInstanceType": "m7i.2xlarge"},
-    }
-    config.update(changes)
-    return {key: value for key, value in config.items() if value is not None}
 
 
 @pytest.fixture
@@ -38,12 +21,7 @@ def make_stack(tmp_path: Path) -> StackMaker:
     """Writes Pulumi.yaml and Pulumi.<stack>.yaml into a fresh folder and returns the folder."""
 
     def make(stack: str = "test", **changes: Any) -> Path:
-        folder = tmp_path / "stack"
-        folder.mkdir(exist_ok=True)
-        (folder / "Pulumi.yaml").write_text("name: gpuforge-training\nruntime: python\n", encoding="utf-8")
-        text = yaml.safe_dump({"config": slurm_stack(**changes)})
-        (folder / f"Pulumi.{stack}.yaml").write_text(text, encoding="utf-8")
-        return folder
+        return write_stack(tmp_path / "stack", stack, slurm_stack(**changes))
 
     return make
 

@@ -36,6 +36,7 @@ from slurm_cluster import (
     read_by_slurmctld,
     unavailable_reason,
 )
+from stack_files import slurm_stack
 
 from gpuforge.cli import main
 from gpuforge.scheduler import slurm_values
@@ -45,7 +46,6 @@ _SKIP = unavailable_reason(ROOT)
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
 
 EXAMPLES = int(os.environ.get("GPUFORGE_SLURM_FUZZ_EXAMPLES", "40"))
-MATRIX = REPO / "images/matrices/p5-h100-cuda12.yaml"
 # The controller's address in a stack's own VPC (gpuforge.scheduler.stack): 10.0.0.0/17 + 10.
 CONTROLLER_ADDRESS = "10.0.0.10"
 
@@ -145,16 +145,7 @@ def _stack_dir(base: Path, stack: str, partitions: list[dict[str, str | None]]) 
     scheduler: dict[str, object] = {"type": "slurm", "controllerInstanceType": "m7i.2xlarge"}
     if partitions:
         scheduler["partitions"] = [{k: v for k, v in p.items() if v is not None} for p in partitions]
-    config = {
-        "aws:region": "us-east-1",
-        "gpuforge:matrix": str(MATRIX),
-        "gpuforge:instanceType": "p5.48xlarge",
-        "gpuforge:nodeCount": 2,
-        "gpuforge:nodeMode": "asg",
-        "gpuforge:availabilityZone": "us-east-1a",
-        "gpuforge:capacity": {"type": "on-demand"},
-        "gpuforge:scheduler": scheduler,
-    }
+    config = slurm_stack(**{"gpuforge:scheduler": scheduler})
     base.mkdir(parents=True, exist_ok=True)
     (base / "Pulumi.yaml").write_text("name: gpuforge-training\nruntime: python\n", encoding="utf-8")
     with contextlib.suppress(OSError):  # a name no file system takes: gpuforge must refuse it all the same

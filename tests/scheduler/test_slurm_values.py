@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from stack_files import MATRIX, slurm_stack, write_stack
 
 from gpuforge import hardware
 from gpuforge.cli import main
@@ -29,7 +30,6 @@ from gpuforge.scheduler.topology import NetworkTopology
 from gpuforge.stack_config import load_stack_config
 
 REPO = Path(__file__).resolve().parents[2]
-MATRIX = REPO / "images/matrices/p5-h100-cuda12.yaml"
 SITE = SlurmSite(controller_host="t-slurmctld", controller_addr="10.0.0.10")
 SLURM = SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge")
 
@@ -93,20 +93,7 @@ def test_an_instance_type_must_be_one_aws_lists_not_only_shaped_like_one() -> No
 
 
 def _stack(tmp_path: Path, stack: str = "test", **changes: Any) -> Path:
-    config: dict[str, Any] = {
-        "aws:region": "us-east-1",
-        "gpuforge:matrix": str(MATRIX),
-        "gpuforge:instanceType": "p5.48xlarge",
-        "gpuforge:nodeCount": 2,
-        "gpuforge:nodeMode": "asg",
-        "gpuforge:availabilityZone": "us-east-1a",
-        "gpuforge:capacity": {"type": "on-demand"},
-        "gpuforge:scheduler": {"type": "slurm", "controllerInstanceType": "m7i.2xlarge"},
-    }
-    config.update(changes)
-    (tmp_path / "Pulumi.yaml").write_text("name: gpuforge-training\nruntime: python\n", encoding="utf-8")
-    (tmp_path / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
-    return tmp_path
+    return write_stack(tmp_path, stack, slurm_stack(**changes))
 
 
 def test_render_refuses_a_stack_name_plan_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
