@@ -5,7 +5,6 @@ binaries, and the dcgm-exporter field list the payload carries."""
 
 from __future__ import annotations
 
-import configparser
 import hashlib
 import io
 import os
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 from image_helpers import MATRICES, REPO, base_path, load_matrix_data, write_matrix
+from systemd_units import DCGM_EXPORTER_UNIT, read_unit, systemd_root, verify
 
 from gpuforge import hardware
 from gpuforge.images.matrix import MONITORING_KEYS, load_valid
@@ -57,13 +57,6 @@ def _lib_value(name: str) -> str:
     found = re.search(rf'^{name}="([^"]+)"$', (SCRIPTS / "lib.sh").read_text(), re.M)
     assert found, name
     return found.group(1)
-
-
-def _unit(path: Path) -> configparser.ConfigParser:
-    parser = configparser.ConfigParser(interpolation=None, strict=False)
-    parser.optionxform = str  # type: ignore[assignment,method-assign]
-    parser.read_string(path.read_text())
-    return parser
 
 
 # --- the install step -------------------------------------------------------------------------
@@ -202,7 +195,7 @@ def test_the_ami_records_each_daemons_version() -> None:
 
 
 def test_node_exporter_reads_the_efa_collectors_folder_on_the_scraped_port() -> None:
-    service = _unit(FILES / "gpuforge-node-exporter.service")["Service"]
+    service = read_unit(FILES / "gpuforge-node-exporter.service")["Service"]
     assert service["ExecStart"] == (
         f"/usr/local/bin/node_exporter --collector.textfile.directory={Path(DEFAULT_OUT).parent}"
     )
@@ -213,7 +206,7 @@ def test_node_exporter_reads_the_efa_collectors_folder_on_the_scraped_port() -> 
 
 def test_the_controllers_daemons_start_only_where_their_config_is() -> None:
     config_dir = _lib_value("MONITORING_CONFIG_DIR")
-    prometheus = _unit(FILES / "gpuforge-prometheus.service")
+    prometheus = read_unit(FILES / "gpuforge-prometheus.service")
     assert (
         f"ConditionPathExists={config_dir}/prometheus.yml"
         in (FILES / "gpuforge-prometheus.service").read_text()
@@ -224,12 +217,12 @@ def test_the_controllers_daemons_start_only_where_their_config_is() -> None:
         "--storage.tsdb.path=/var/lib/gpuforge/prometheus",
         f"@{config_dir}/prometheus.flags",
     ]
-    alertmanager = _unit(FILES / "gpuforge-alertmanager.service")
+    alertmanager = read_unit(FILES / "gpuforge-alertmanager.service")
     assert alertmanager["Unit"]["ConditionPathExists"] == f"{config_dir}/alertmanager.yml"
     assert f"--web.listen-address={ALERTMANAGER}" in alertmanager["Service"]["ExecStart"].split()
     assert f"--config.file={config_dir}/alertmanager.yml" in alertmanager["Service"]["ExecStart"].split()
     for unit, user in (("prometheus", "prometheus"), ("alertmanager", "alertmanager")):
-        service = _unit(FILES / f"gpuforge-{unit}.service")["Service"]
+        service = read_unit(FILES / f"gpuforge-{unit}.service")["Service"]
         assert (service["User"], service["StateDirectory"]) == (user, f"gpuforge/{unit}")
 
 
@@ -252,62 +245,39 @@ def test_the_image_installs_the_controllers_units_without_enabling_them() -> Non
 
 
 def test_dcgm_exporter_is_pointed_at_gpuforges_field_list() -> None:
-    service = _unit(FIELDS_DROPIN)["Service"]
+    service = read_unit(FIELDS_DROPIN)["Service"]
     lines = [line for line in FIELDS_DROPIN.read_text().splitlines() if line.startswith("ExecStart=")]
     assert lines == ["ExecStart=", f"ExecStart=/usr/bin/dcgm-exporter -f {_lib_value('DCGM_FIELDS_FILE')}"]
     assert service["ExecStart"].endswith(_lib_value("DCGM_FIELDS_FILE"))
 
 
 def test_systemd_accepts_the_units(tmp_path: Path) -> None:
-    analyze = shutil.which("systemd-analyze")
-    units = Path("/usr/lib/systemd/system")
-    if analyze is None or not (units / "sysinit.target").exists():
-        pytest.skip("systemd-analyze and systemd's own units are needed to verify the units")
-    shutil.copytree(units, tmp_path / "usr/lib/systemd/system", symlinks=True)
-    for executable in (
-        "usr/local/bin/node_exporter",
-        "usr/local/bin/prometheus",
-        "usr/local/bin/alertmanager",
-        "usr/bin/dcgm-exporter",
-        "bin/mkdir",
-        "bin/kill",
-    ):
-        path = tmp_path / executable
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("#!/bin/sh\n")
-        path.chmod(0o755)
-    etc = tmp_path / "etc/systemd/system"
-    (etc / "nvidia-dcgm-exporter.service.d").mkdir(parents=True)
+    etc = systemd_root(
+        tmp_path,
+        [
+            "usr/local/bin/node_exporter",
+            "usr/local/bin/prometheus",
+            "usr/local/bin/alertmanager",
+            "usr/bin/dcgm-exporter",
+            "bin/mkdir",
+            "bin/kill",
+        ],
+    )
+    (etc / "nvidia-dcgm-exporter.service.d").mkdir()
     for unit in UNITS:
         shutil.copy(FILES / unit, etc / unit)
-    # dcgm-exporter's own unit as its package ships it (NVIDIA/dcgm-exporter tag 4.4.2-4.7.1, commit
-    # b921c57e, packaging/config-files/systemd/nvidia-dcgm-exporter.service), with gpuforge's drop-in
-    (etc / "nvidia-dcgm-exporter.service").write_text(
-        "[Unit]\nDescription=NVIDIA DCGM-exporter service\nWants=nvidia-dcgm.service\nAfter=nvidia-dcgm.service\n"
-        "[Service]\nUser=root\nPrivateTmp=false\n"
-        "ExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv\nRestart=on-abort\n"
-        "[Install]\nWantedBy=multi-user.target\n"
-    )
+    (etc / "nvidia-dcgm-exporter.service").write_text(DCGM_EXPORTER_UNIT)
     shutil.copy(FIELDS_DROPIN, etc / "nvidia-dcgm-exporter.service.d/gpuforge-fields.conf")
 
-    def verify(name: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [analyze, "verify", "--man=no", f"--root={tmp_path}", f"/etc/systemd/system/{name}"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
     for name in (*UNITS, "nvidia-dcgm-exporter.service"):
-        done = verify(name)
+        done = verify(tmp_path, name)
         assert (name, done.returncode, done.stderr) == (name, 0, "")
     # the same check notices a broken unit, so the clean verdicts above mean something
     broken = etc / "gpuforge-prometheus.service"
     broken.write_text(
         broken.read_text().replace("/usr/local/bin/prometheus --", "/usr/local/bin/no-such-prometheus --")
     )
-    done = verify("gpuforge-prometheus.service")
+    done = verify(tmp_path, "gpuforge-prometheus.service")
     assert done.returncode != 0 and "no-such-prometheus" in done.stderr
 
 
@@ -322,7 +292,7 @@ def _parses(binary: Path, arguments: list[str]) -> subprocess.CompletedProcess[s
 
 
 def _exec_start(unit: str) -> list[str]:
-    return str(_unit(FILES / unit)["Service"]["ExecStart"]).split()[1:]
+    return str(read_unit(FILES / unit)["Service"]["ExecStart"]).split()[1:]
 
 
 def test_the_real_prometheus_reads_the_units_flags_and_the_rendered_flags_file(tmp_path: Path) -> None:

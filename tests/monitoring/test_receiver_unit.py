@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from systemd_units import read_unit, systemd_root, verify
 
 from gpuforge.cli import build_parser
 from gpuforge.components.user_data import ALERT_RECEIVER_UNIT, ControllerParams, render_controller
@@ -32,10 +32,7 @@ CONTROLLER = ControllerParams(
 
 
 def _unit() -> configparser.ConfigParser:
-    parser = configparser.ConfigParser(strict=False, interpolation=None)
-    parser.optionxform = str  # type: ignore[assignment,method-assign]
-    parser.read_string(UNIT.read_text(encoding="utf-8"))
-    return parser
+    return read_unit(UNIT)
 
 
 def test_the_unit_runs_the_receiver_command_as_root() -> None:
@@ -49,25 +46,9 @@ def test_the_unit_runs_the_receiver_command_as_root() -> None:
 
 
 def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
-    analyze = shutil.which("systemd-analyze")
-    units = Path("/usr/lib/systemd/system")
-    if analyze is None or not (units / "sysinit.target").exists():
-        pytest.skip("systemd-analyze and systemd's own units are needed to verify the unit")
-    shutil.copytree(units, tmp_path / "usr/lib/systemd/system", symlinks=True)
-    gpuforge = tmp_path / "usr/local/bin/gpuforge"
-    gpuforge.parent.mkdir(parents=True)
-    gpuforge.write_text("#!/bin/sh\n")
-    gpuforge.chmod(0o755)
-    etc = tmp_path / "etc/systemd/system"
-    etc.mkdir(parents=True)
+    etc = systemd_root(tmp_path, ["usr/local/bin/gpuforge"])
     shutil.copy(UNIT, etc / UNIT.name)
-    done = subprocess.run(
-        [analyze, "verify", "--man=no", f"--root={tmp_path}", f"/etc/systemd/system/{UNIT.name}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = verify(tmp_path, UNIT.name)
     assert (done.returncode, done.stderr) == (0, "")
 
 

@@ -4,13 +4,13 @@ systemd's own verdict (systemd-analyze verify in an alternate root)."""
 
 from __future__ import annotations
 
-import configparser
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from systemd_units import DCGM_EXPORTER_UNIT, read_unit, systemd_root, verify
 
 from gpuforge.node.efa_metrics import DEFAULT_OUT
 from gpuforge.node.job_mapping import DEFAULT_MAPPING_DIR
@@ -23,13 +23,6 @@ SERVICE = FILES / "gpuforge-efa-metrics.service"
 TIMER = FILES / "gpuforge-efa-metrics.timer"
 DCGM_DROPIN = FILES / "nvidia-dcgm-exporter-gpuforge-jobs.conf"
 SITE = SlurmSite(controller_host="h", controller_addr="10.0.0.10")
-
-
-def _unit(path: Path) -> configparser.ConfigParser:
-    parser = configparser.ConfigParser(interpolation=None, strict=False)
-    parser.optionxform = str  # type: ignore[assignment,method-assign]
-    parser.read_string(path.read_text())
-    return parser
 
 
 def _wrapper(step: str) -> str:
@@ -63,7 +56,7 @@ def test_the_wrappers_are_where_slurm_conf_points_and_always_exit_0(tmp_path: Pa
 
 
 def test_the_dcgm_dropin_names_the_prologs_folder() -> None:
-    service = _unit(DCGM_DROPIN)["Service"]
+    service = read_unit(DCGM_DROPIN)["Service"]
     assert service["Environment"] == f"DCGM_HPC_JOB_MAPPING_DIR={DEFAULT_MAPPING_DIR}"
     assert service["ExecStartPre"] == f"/bin/mkdir -p {DEFAULT_MAPPING_DIR}"
     script = STEP.read_text()
@@ -72,51 +65,26 @@ def test_the_dcgm_dropin_names_the_prologs_folder() -> None:
 
 
 def test_the_collector_unit_writes_where_the_code_says() -> None:
-    exec_start = _unit(SERVICE)["Service"]["ExecStart"]
+    exec_start = read_unit(SERVICE)["Service"]["ExecStart"]
     assert exec_start == f"/usr/local/bin/gpuforge node efa-metrics --out {DEFAULT_OUT}"
-    timer = _unit(TIMER)
+    timer = read_unit(TIMER)
     assert timer["Timer"]["OnUnitActiveSec"] == "15"
     assert timer["Install"]["WantedBy"] == "timers.target"
 
 
 def test_systemd_accepts_the_units(tmp_path: Path) -> None:
-    analyze = shutil.which("systemd-analyze")
-    units = Path("/usr/lib/systemd/system")
-    if analyze is None or not (units / "sysinit.target").exists():
-        pytest.skip("systemd-analyze and systemd's own units are needed to verify the units")
-    shutil.copytree(units, tmp_path / "usr/lib/systemd/system", symlinks=True)
-    for executable in ("usr/local/bin/gpuforge", "usr/bin/dcgm-exporter", "bin/mkdir"):
-        path = tmp_path / executable
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("#!/bin/sh\n")
-        path.chmod(0o755)
-    etc = tmp_path / "etc/systemd/system"
-    (etc / "nvidia-dcgm-exporter.service.d").mkdir(parents=True)
+    etc = systemd_root(tmp_path, ["usr/local/bin/gpuforge", "usr/bin/dcgm-exporter", "bin/mkdir"])
+    (etc / "nvidia-dcgm-exporter.service.d").mkdir()
     for unit in (SERVICE, TIMER):
         shutil.copy(unit, etc / unit.name)
-    # dcgm-exporter's own unit as its package ships it (NVIDIA/dcgm-exporter tag 4.4.2-4.7.1,
-    # packaging/config-files/systemd/nvidia-dcgm-exporter.service), with gpuforge's drop-in
-    (etc / "nvidia-dcgm-exporter.service").write_text(
-        "[Unit]\nDescription=NVIDIA DCGM-exporter service\n[Service]\nUser=root\nPrivateTmp=false\n"
-        "ExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv\nRestart=on-abort\n"
-        "[Install]\nWantedBy=multi-user.target\n"
-    )
+    (etc / "nvidia-dcgm-exporter.service").write_text(DCGM_EXPORTER_UNIT)
     shutil.copy(DCGM_DROPIN, etc / "nvidia-dcgm-exporter.service.d/gpuforge-jobs.conf")
 
-    def verify(name: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [analyze, "verify", "--man=no", f"--root={tmp_path}", f"/etc/systemd/system/{name}"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
     for name in (SERVICE.name, TIMER.name, "nvidia-dcgm-exporter.service"):
-        done = verify(name)
+        done = verify(tmp_path, name)
         assert (name, done.returncode, done.stderr) == (name, 0, "")
     # the same check reads the drop-in and notices a broken one, so the clean verdict above means something
     dropin = etc / "nvidia-dcgm-exporter.service.d/gpuforge-jobs.conf"
     dropin.write_text(DCGM_DROPIN.read_text().replace("/bin/mkdir", "/bin/no-such-mkdir"))
-    broken = verify("nvidia-dcgm-exporter.service")
+    broken = verify(tmp_path, "nvidia-dcgm-exporter.service")
     assert broken.returncode != 0 and "no-such-mkdir" in broken.stderr
