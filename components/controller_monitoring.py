@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gpuforge.monitoring.config import MonitoringConfig
+    from gpuforge.stack_config import StackConfig
 
 # The files gpuforge-prometheus.service and gpuforge-alertmanager.service read (images/files/*.service).
 CONTROLLER_FILES = ("prometheus.yml", "prometheus.flags", "alertmanager.yml")
@@ -64,26 +64,26 @@ def controller_files(rendered: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def stack_monitoring(stack_dir: Path, stack: str) -> ControllerMonitoring | None:
-    """The controller's monitoring for stack `stack` of `stack_dir`; None where it is disabled.
+def stack_monitoring(config: StackConfig) -> ControllerMonitoring | None:
+    """The controller's monitoring for the stack `config` was read from; None where it is disabled.
 
     A block the cluster cannot honour is an InputError (exit 2) with the field and the fix, as
     `gpuforge monitoring render` says it. Without a made workspace or topic the files are rendered
     now; with one, `files` is empty and `render` renders them once the ARNs are known.
     """
     from gpuforge.monitoring.cli import check_stack, render_set
-    from gpuforge.monitoring.config import load_stack
+    from gpuforge.monitoring.config import stack_monitoring_config
 
-    _, monitoring = load_stack(stack_dir, stack)
+    monitoring = stack_monitoring_config(config)
     if not monitoring.enabled:
         return None
 
     def render(workspace_arn: str | None, topic_arn: str | None) -> dict[str, str]:
-        _, rendered = render_set(stack_dir, stack, workspace_arn=workspace_arn, topic_arn=topic_arn)
+        _, rendered = render_set(config, workspace_arn=workspace_arn, topic_arn=topic_arn)
         return controller_files(rendered)
 
     pending = ControllerMonitoring(config=monitoring, render=render)
     if pending.needs_made_arns:
-        check_stack(stack_dir, stack)  # what does not wait for the ARNs is refused now, at plan time
+        check_stack(config)  # what does not wait for the ARNs is refused now, at plan time
         return pending
     return ControllerMonitoring(config=monitoring, files=render(None, None))

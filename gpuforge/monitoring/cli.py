@@ -79,13 +79,13 @@ def register(subparsers: Any) -> None:
     receiver.set_defaults(handler=_receiver)
 
 
-def check_stack(stack_dir: Path, stack: str) -> None:
+def check_stack(config: StackConfig) -> None:
     """Refuse (InputError, exit 2) a monitoring block the stack's cluster cannot honour, before any ARN exists.
 
     `render_set` runs these checks too; a stack whose files wait for a made workspace or topic
     (components.controller_monitoring) runs them at program time through this function.
     """
-    _checked(stack_dir, stack)
+    _checked(config)
 
 
 @dataclass(frozen=True)
@@ -100,21 +100,21 @@ class _Checked:
     sizing: Estimate
 
 
-def _checked(stack_dir: Path, stack: str) -> _Checked:
+def _checked(config: StackConfig) -> _Checked:
     """The stack's config, cluster and sizing; InputError where the block cannot be honoured."""
     from gpuforge import hardware
     from gpuforge.components.slurm_controller import PROMETHEUS_DISK_GIB
-    from gpuforge.monitoring.config import KEY, WorkspaceRef, load_stack
+    from gpuforge.monitoring.config import KEY, WorkspaceRef, stack_monitoring_config
     from gpuforge.monitoring.prometheus import SCRAPE_INTERVAL_S, serves_slurm_metrics
     from gpuforge.monitoring.sizing import estimate, max_retention_days, retention_problem
     from gpuforge.scheduler.render import render_files
     from gpuforge.scheduler.stack import stack_cluster
 
-    config, monitoring = load_stack(stack_dir, stack)
+    monitoring = stack_monitoring_config(config)
     if not monitoring.enabled:
         raise InputError(
             f"{config.source}: {KEY}.enabled is false (the default without a Slurm scheduler), so stack "
-            f"{stack} has no monitoring to render. Fix: set `{KEY}: {{enabled: true}}` on a stack with "
+            f"{config.stack} has no monitoring to render. Fix: set `{KEY}: {{enabled: true}}` on a stack with "
             "`gpuforge:scheduler: {type: slurm, ...}`."
         )
     cluster = stack_cluster(config)
@@ -154,9 +154,11 @@ def _checked(stack_dir: Path, stack: str) -> _Checked:
 
 
 def render_set(
-    stack_dir: Path, stack: str, *, workspace_arn: str | None = None, topic_arn: str | None = None
+    config: StackConfig, *, workspace_arn: str | None = None, topic_arn: str | None = None
 ) -> tuple[str, dict[str, str]]:
-    """(cluster name, relative path -> text) of the stack's monitoring files.
+    """(cluster name, relative path -> text) of the monitoring files of the stack `config` was read from.
+
+    The stack program passes its own config (the engine's values), the CLI the stack file's.
 
     `workspace_arn` and `topic_arn` are the workspace and topic MonitoringResources made for
     `remoteWrite: amp` and `alerts.sns: create`: they exist only once `pulumi up` made them, so the
@@ -176,7 +178,7 @@ def render_set(
     from gpuforge.monitoring.rules import ALERTS_FILE, USAGE_FILE, alert_rules, recording_rules
     from gpuforge.monitoring.sizing import SIZING_FILE, sizing_json
 
-    checked = _checked(stack_dir, stack)
+    checked = _checked(config)
     config, monitoring, cluster, instance = (
         checked.config,
         checked.monitoring,
@@ -242,7 +244,9 @@ def _rendered_for(cluster: str) -> Recognise:
 
 
 def _render(args: argparse.Namespace) -> int:
-    cluster, files = render_set(args.stack_dir, args.stack)
+    from gpuforge.stack_config import load_stack_config
+
+    cluster, files = render_set(load_stack_config(args.stack_dir, args.stack))
     written, removed = write_set(args.out, files, cluster, _rendered_for(cluster))
     for target in written:
         print(f"wrote {target}")

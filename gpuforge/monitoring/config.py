@@ -232,7 +232,12 @@ def parse_monitoring(raw: str | None, config: StackConfig) -> MonitoringConfig:
     )
 
 
+def stack_monitoring_config(config: StackConfig) -> MonitoringConfig:
+    """The monitoring block of a stack whose config is read already (the program's own, or a file's)."""
+    return parse_monitoring(config.engine_values.get(KEY), config)
+
+
 def load_stack(stack_dir: Path, stack: str) -> tuple[StackConfig, MonitoringConfig]:
     """The stack's config and its monitoring block; InputError (exit 2) names the file and key."""
     config = load_stack_config(stack_dir, stack)
-    return config, parse_monitoring(config.engine_values.get(KEY), config)
+    return config, stack_monitoring_config(config)

@@ -20,7 +20,7 @@ try:
     ami = resolve_ami(config)
     # The Slurm config is rendered for the Slurm the image carries (the matrix's slurm.version).
     # Prometheus, Alertmanager and the drain receiver on the controller, from gpuforge:monitoring.
-    monitoring = stack_monitoring(config.stack_dir, config.stack)
+    monitoring = stack_monitoring(config)
     cluster = GpuCluster(
         config.stack, cluster_spec(config, ami), slurm_version=config.slurm_version, monitoring=monitoring
     )

@@ -32,6 +32,7 @@ from gpuforge.errors import InputError
 from gpuforge.monitoring.cli import render_set
 from gpuforge.monitoring.config import AlertsConfig, MonitoringConfig, WorkspaceRef
 from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedResource
+from gpuforge.stack_config import load_stack_config
 
 REPO = Path(__file__).resolve().parents[2]
 STACK_DIR = REPO / "stacks" / "training"
@@ -43,7 +44,7 @@ TOPIC = "arn:aws:sns:us-east-1:123456789012:gpuforge-alerts"
 
 @cache
 def p5_prod() -> ControllerMonitoring:
-    monitoring = stack_monitoring(STACK_DIR, "p5-prod")
+    monitoring = stack_monitoring(load_stack_config(STACK_DIR, "p5-prod"))
     assert monitoring is not None  # Slurm stacks monitor by default
     return monitoring
 
@@ -84,7 +85,7 @@ def main_steps(text: str) -> list[str]:
 
 
 def test_the_controller_gets_exactly_what_monitoring_render_writes_for_the_controller() -> None:
-    _, rendered = render_set(STACK_DIR, "p5-prod")
+    _, rendered = render_set(load_stack_config(STACK_DIR, "p5-prod"))
     files = p5_prod().files
     assert files == controller_files(rendered)
     assert {"prometheus.yml", "prometheus.flags", "alertmanager.yml"} <= set(files)

@@ -27,6 +27,7 @@ from gpuforge.images.tags import ami_tags
 from gpuforge.monitoring.fields import FIELDS_FILE, field_list_csv
 from gpuforge.monitoring.prometheus import ALERTMANAGER, NODE_EXPORTER_PORT
 from gpuforge.node.efa_metrics import DEFAULT_OUT
+from gpuforge.stack_config import load_stack_config
 
 SCRIPTS = REPO / "images" / "scripts"
 FILES = REPO / "images" / "files"
@@ -299,7 +300,7 @@ def test_the_real_prometheus_reads_the_units_flags_and_the_rendered_flags_file(t
     prometheus = _tool(MONITORING_ROOT / "prometheus")
     from gpuforge.monitoring.cli import render_set
 
-    _, files = render_set(REPO / "stacks/training", "p5-prod")
+    _, files = render_set(load_stack_config(REPO / "stacks/training", "p5-prod"))
     flags = tmp_path / "prometheus.flags"
     flags.write_text(files["prometheus.flags"])
     arguments = [
