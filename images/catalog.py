@@ -33,6 +33,7 @@ else that is not a valid catalog is an error naming the file and the field.
 from __future__ import annotations
 
 import json
+import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
@@ -181,8 +182,16 @@ def utc_timestamp(text: str) -> str:
 
 
 def is_folder(path: Path) -> bool:
-    """A catalog folder: an existing folder, or a path yet to be made that does not end in .json."""
-    return path.is_dir() or (not path.exists() and path.suffix != ".json")
+    """A catalog folder: an existing folder, or a path yet to be made that does not end in .json.
+
+    One stat decides: asking "is it a folder?" and then "does it exist?" raced a first build that
+    made the folder in between, and a reader then took the new folder for a single-file catalog.
+    """
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):  # missing (or unreadable, or a NUL in the name): its name decides
+        return path.suffix != ".json"
+    return stat.S_ISDIR(mode)
 
 
 def record_name(entry: CatalogEntry) -> str:
