@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "render the Prometheus, Alertmanager and dcgm-exporter config of a stack",
     ),
     "validate": ("gpuforge.validate.cli", "judge NCCL and DCGM acceptance runs against per-type floors"),
+    "usage": ("gpuforge.usage.cli", "GPU-hours held, useful and idle, unused reserved hours and cost"),
 }
 
 Handler = Callable[[argparse.Namespace], int]

@@ -1,0 +1,145 @@
+"""`gpuforge usage STACK_DIR --stack NAME`: GPU-hours, useful fraction, idle, unused reserved hours,
+failures and cost over a window (README, "Usage and cost").
+
+On the controller (sacct on PATH, no --sacct-json) it runs sacct and sacctmgr itself and reads the
+controller's Prometheus (127.0.0.1:9090) when the stack has monitoring; elsewhere it takes
+--sacct-json, --events and --prometheus. Exit 0 with a report (a window with no jobs is a report of
+zeros); 2 for bad input, naming the flag or file, the field and the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpuforge.errors import InputError
+
+CONTROLLER_PROMETHEUS = "http://127.0.0.1:9090"  # gpuforge.monitoring.prometheus: --web.listen-address
+
+
+def register(subparsers: Any) -> None:
+    from gpuforge.usage.report import GROUPINGS
+
+    parser = subparsers.add_parser(
+        "usage",
+        help="GPU-hours held, useful and idle, unused reserved hours, failures and cost over a window",
+        description="Reads Slurm's accounting (sacct --json), the node event history (sacctmgr show event) and "
+        "the metrics layer's per-job recording rules (Prometheus), and reports per job, user, team (Slurm account) "
+        "or partition. Exit 0 with a report; 2 for bad input (the flag or file, the field and the fix).",
+    )
+    parser.add_argument(
+        "stack_dir", type=Path, metavar="STACK_DIR", help="the Pulumi project, e.g. stacks/training"
+    )
+    parser.add_argument("--stack", required=True, metavar="NAME", help="the stack: reads Pulumi.NAME.yaml")
+    parser.add_argument(
+        "--since",
+        metavar="T",
+        help="window start: YYYY-MM-DD (00:00 UTC) or ISO 8601 with a zone; default a week before --until",
+    )
+    parser.add_argument("--until", metavar="T", help="window end, same forms; default now")
+    parser.add_argument(
+        "--by",
+        default="team",
+        metavar="|".join(GROUPINGS),
+        help="group rows by (default team: the Slurm account)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the report as JSON (README: Usage and cost)"
+    )
+    parser.add_argument(
+        "--plot", type=Path, metavar="FILE.svg", help="write stacked GPU-hours per team as SVG"
+    )
+    parser.add_argument(
+        "--sacct-json",
+        type=Path,
+        metavar="FILE",
+        help="`sacct --json --allusers --duplicates` output, in place of running sacct",
+    )
+    parser.add_argument(
+        "--events",
+        type=Path,
+        metavar="FILE",
+        help="`TZ=UTC sacctmgr --parsable2 show event ...` output (README)",
+    )
+    parser.add_argument(
+        "--prometheus", metavar="URL", help="the cluster's Prometheus, e.g. http://127.0.0.1:9090"
+    )
+    parser.add_argument(
+        "--capacity-block-fee",
+        type=float,
+        metavar="USD",
+        help="the upfront fee paid for the stack's Capacity Block",
+    )
+    parser.set_defaults(handler=_usage)
+
+
+def _usage(args: argparse.Namespace) -> int:
+    from gpuforge import hardware
+    from gpuforge.monitoring.config import stack_monitoring_config
+    from gpuforge.stack_config import load_stack_config
+    from gpuforge.usage import events, metrics, prices, sacct
+    from gpuforge.usage.cost import capacity_block_rate, on_demand_rate
+    from gpuforge.usage.plot import render_svg
+    from gpuforge.usage.report import GROUPINGS, UsageReport, failures, group_jobs, render_text
+    from gpuforge.usage.reservations import reserved
+    from gpuforge.usage.window import window as make_window
+    from gpuforge.validate.cli import write_plot
+
+    if args.by not in GROUPINGS:
+        raise InputError(
+            f"--by {args.by}: not a grouping. Fix: pass --by with one of {', '.join(GROUPINGS)}."
+        )
+    if args.capacity_block_fee is not None and not args.capacity_block_fee > 0:
+        raise InputError(
+            f"--capacity-block-fee {args.capacity_block_fee}: a fee is a positive amount in USD. Fix: pass the fee the purchase showed."
+        )
+    now = datetime.now(UTC)
+    window = make_window(args.since, args.until, now=now)
+    config = load_stack_config(args.stack_dir, args.stack)
+    if config.scheduler.type != "slurm":
+        raise InputError(
+            f"{config.source}: gpuforge:scheduler.type is {config.scheduler.type}: the usage report reads Slurm's "
+            "accounting. Fix: run it for a stack with `gpuforge:scheduler: {type: slurm, ...}`."
+        )
+    gpus_per_node = hardware.get(config.instance_type).gpu_count
+    on_controller = args.sacct_json is None
+    jobs = sacct.run_sacct(window) if on_controller else sacct.read_sacct(args.sacct_json)
+    history = (
+        events.read_events(args.events)
+        if args.events is not None
+        else events.run_sacctmgr(window)
+        if on_controller
+        else None
+    )
+    url = args.prometheus
+    if url is None and on_controller and stack_monitoring_config(config).enabled:
+        url = CONTROLLER_PROMETHEUS
+    per_job = None if url is None else metrics.job_metrics(url, window)
+    if config.capacity.type == "capacity-block":
+        rate = capacity_block_rate(config, gpus_per_node, args.capacity_block_fee)
+    else:
+        price, source = prices.price(config.instance_type, config.region, client=prices.pricing_client())
+        rate = on_demand_rate(price, source, gpus_per_node)
+    groups, total = group_jobs(jobs, args.by, window, now, per_job)
+    report = UsageReport(
+        stack=args.stack,
+        window=window,
+        by=args.by,
+        groups=tuple(groups),
+        total=total,
+        metrics_source=None if url is None else f"Prometheus {url}",
+        reserved=reserved(config, gpus_per_node, jobs, window, now),
+        failures=failures(jobs, history, window),
+        rate=rate,
+    )
+    if args.plot is not None:
+        teams, _ = group_jobs(jobs, "team", window, now, per_job)
+        write_plot(args.plot, render_svg(report, teams))
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(render_text(report), end="")
+    return 0

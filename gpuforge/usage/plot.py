@@ -1,0 +1,69 @@
+"""`--plot FILE.svg`: stacked bars of GPU-hours per team, drawn with `validate report`'s SVG frame.
+
+Each team's bar stacks the hours its jobs' GPUs were useful (SM-active GPU-hours), held idle (the
+idle rule of metrics.py), and held otherwise; a team without metrics gets one "held (no metrics)"
+segment. Unused reserved hours belong to no team (nobody held them), so they are a bar of their own
+at the end. Each bar is a `<g data-team=...>` whose rectangles carry `data-series`, so the file can be
+checked by a program as well as read.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from gpuforge.usage.report import Group, UsageReport
+from gpuforge.validate.report import _svg
+
+SERIES = {  # series -> colour
+    "useful": "#2ca02c",
+    "idle held": "#d62728",
+    "other held": "#1f77b4",
+    "held (no metrics)": "#7f7f7f",
+    "unused reserved": "#ff7f0e",
+}
+UNUSED_BAR = "(unused reserved)"
+
+
+def _segments(group: Group) -> list[tuple[str, float]]:
+    held = group.gpu_seconds_held / 3600
+    if group.metered is None:
+        return [("held (no metrics)", held)]
+    useful, idle = group.metered.useful_s / 3600, group.metered.idle_s / 3600
+    return [("useful", useful), ("idle held", idle), ("other held", max(0.0, held - useful - idle))]
+
+
+def render_svg(report: UsageReport, teams: list[Group], *, width: int = 720, height: int = 420) -> str:
+    margin = 60
+    bars = [(team.name, _segments(team)) for team in teams]
+    if report.reserved is not None:
+        bars.append((UNUSED_BAR, [("unused reserved", report.reserved.gpu_seconds_unused / 3600)]))
+    top = max((sum(value for _, value in segments) for _, segments in bars), default=0.0) or 1.0
+    plot_height = height - 2 * margin
+    slot = (width - 2 * margin) / max(1, len(bars))
+    parts = [
+        f'<line x1="{margin}" y1="{height - margin}" x2="{width - margin}" y2="{height - margin}" stroke="black"/>',
+        f'<line x1="{margin}" y1="{margin}" x2="{margin}" y2="{height - margin}" stroke="black"/>',
+        f'<text x="15" y="{height / 2}" transform="rotate(-90 15 {height / 2})" text-anchor="middle">GPU-hours</text>',
+        f'<text x="{margin}" y="{margin - 25}">GPU-hours per team, {escape(report.window.since.isoformat())} to '
+        f"{escape(report.window.until.isoformat())} (max {top:.1f})</text>",
+    ]
+    if not bars:
+        parts.append(f'<text x="{margin + 10}" y="{height // 2}">no GPU jobs in the window</text>')
+    for index, (name, segments) in enumerate(bars):
+        x = margin + index * slot + slot * 0.15
+        y = float(height - margin)
+        rects = []
+        for series, value in segments:
+            tall = value / top * plot_height
+            y -= tall
+            rects.append(
+                f'<rect data-series="{series}" x="{x:.1f}" y="{y:.1f}" width="{slot * 0.7:.1f}" height="{tall:.1f}" '
+                f'fill="{SERIES[series]}"><title>{escape(name)}: {series} {value:.2f} GPU-h</title></rect>'
+            )
+        label = f'<text x="{x + slot * 0.35:.1f}" y="{height - margin + 15}" text-anchor="middle">{escape(name)}</text>'
+        parts.append(f'<g data-team="{escape(name)}">{"".join(rects)}{label}</g>')
+    for index, (series, colour) in enumerate(SERIES.items()):
+        parts.append(
+            f'<text x="{width - margin}" y="{margin + 15 * index}" text-anchor="end" fill="{colour}">{series}</text>'
+        )
+    return _svg(width, height, parts)

@@ -1,0 +1,194 @@
+"""The usage report: per group (job, user, team or partition) over the window, as text or JSON.
+
+The JSON keys are a contract (README, "Usage and cost"): `stack`, `window` {`since`, `until`},
+`by`, `groups` and `total` (each {`name`, `jobs`, `gpu_seconds_held`, `gpu_hours_held`,
+`gpu_hours_useful`, `useful_fraction`, `gpu_hours_idle`, `metrics`, `cost_usd`}), `metrics`
+{`source`, `idle_rule`}, `reserved` (null for On-Demand capacity), `failures` (null without an event
+history), `price` {`usd_per_gpu_hour`, `source`}, `checkpoint` (null until the checkpoint interval
+can be computed). A figure that cannot be known is null and its text is "no metrics" or "no price",
+never an estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpuforge.usage.cost import Rate
+from gpuforge.usage.events import NodeEvent, interrupted_jobs, node_seconds_lost
+from gpuforge.usage.metrics import IDLE_SM_ACTIVE, JobMetrics
+from gpuforge.usage.reservations import Reserved
+from gpuforge.usage.sacct import Job
+from gpuforge.usage.window import Window
+
+GROUPINGS: dict[str, Callable[[Job], str]] = {
+    "job": lambda job: job.job_id,
+    "user": lambda job: job.user,
+    "team": lambda job: job.account,  # gpuforge's teams are Slurm accounts
+    "partition": lambda job: job.partition,
+}
+NO_METRICS = "no metrics"
+IDLE_RULE = (
+    f"a minute in which a job's GPUs averaged under {IDLE_SM_ACTIVE:.0%} SM activity "
+    "(DCGM_FI_PROF_SM_ACTIVE, the GpuforgeGpuHeldIdle alert's threshold) counts all its held GPU-seconds "
+    "of that minute as idle"
+)
+
+
+def _hours(seconds: float) -> float:
+    return round(seconds / 3600, 4)
+
+
+@dataclass
+class Group:
+    name: str
+    job_ids: set[str] = field(default_factory=set)
+    gpu_seconds_held: int = 0
+    metered: JobMetrics | None = None  # summed over the group's jobs that have series; None: no metrics
+
+    def add_metrics(self, metrics: JobMetrics) -> None:
+        base = self.metered or JobMetrics(0.0, 0.0, 0.0)
+        self.metered = JobMetrics(
+            base.held_s + metrics.held_s, base.useful_s + metrics.useful_s, base.idle_s + metrics.idle_s
+        )
+
+    @property
+    def useful_fraction(self) -> float | None:
+        if self.metered is None or self.metered.held_s <= 0:
+            return None
+        return self.metered.useful_s / self.metered.held_s
+
+    def to_json(self, rate: Rate) -> dict[str, Any]:
+        fraction = self.useful_fraction
+        return {
+            "name": self.name,
+            "jobs": len(self.job_ids),
+            "gpu_seconds_held": self.gpu_seconds_held,
+            "gpu_hours_held": _hours(self.gpu_seconds_held),
+            "gpu_hours_useful": None if self.metered is None else _hours(self.metered.useful_s),
+            "useful_fraction": None if fraction is None else round(fraction, 4),
+            "gpu_hours_idle": None if self.metered is None else _hours(self.metered.idle_s),
+            "metrics": "prometheus" if self.metered is not None else NO_METRICS,
+            "cost_usd": rate.dollars(self.gpu_seconds_held),
+        }
+
+
+@dataclass(frozen=True)
+class Failures:
+    node_seconds_lost: int
+    events: int
+    interrupted: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node_hours_lost": _hours(self.node_seconds_lost),
+            "events": self.events,
+            "interrupted_jobs": list(self.interrupted),
+        }
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    stack: str
+    window: Window
+    by: str
+    groups: tuple[Group, ...]
+    total: Group
+    metrics_source: str | None  # the Prometheus URL; None: no metrics
+    reserved: Reserved | None
+    failures: Failures | None
+    rate: Rate
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "window": {"since": self.window.since.isoformat(), "until": self.window.until.isoformat()},
+            "by": self.by,
+            "groups": [group.to_json(self.rate) for group in self.groups],
+            "total": self.total.to_json(self.rate),
+            "metrics": {"source": self.metrics_source or NO_METRICS, "idle_rule": IDLE_RULE},
+            "reserved": None
+            if self.reserved is None
+            else {
+                **self.reserved.to_json(),
+                "cost_usd_unused": self.rate.dollars(self.reserved.gpu_seconds_unused),
+            },
+            "failures": None if self.failures is None else self.failures.to_json(),
+            "price": self.rate.to_json(),
+            "checkpoint": None,
+        }
+
+
+def group_jobs(
+    jobs: list[Job], by: str, window: Window, now: datetime, metrics: dict[str, JobMetrics] | None
+) -> tuple[list[Group], Group]:
+    """Groups by `by` with their GPU-seconds held in the window, and the total; a job's metrics are
+    added once per group however many runs (requeues) it had."""
+    key = GROUPINGS[by]
+    groups: dict[str, Group] = {}
+    total = Group("total")
+    for job in jobs:
+        held = job.held_seconds(window, now)
+        if held <= 0:
+            continue
+        group = groups.setdefault(key(job), Group(key(job)))
+        for target in (group, total):
+            target.gpu_seconds_held += held
+            if metrics is not None and job.job_id in metrics and job.job_id not in target.job_ids:
+                target.add_metrics(metrics[job.job_id])
+            target.job_ids.add(job.job_id)
+    return sorted(groups.values(), key=lambda group: (-group.gpu_seconds_held, group.name)), total
+
+
+def failures(jobs: list[Job], events: list[NodeEvent] | None, window: Window) -> Failures | None:
+    if events is None:
+        return None
+    hit = interrupted_jobs(jobs, events)
+    return Failures(
+        node_seconds_lost(events, window),
+        len(events),
+        tuple(dict.fromkeys(job.job_id for job in hit)),
+    )
+
+
+def render_text(report: UsageReport) -> str:
+    """The terminal view: one row per group, then the total, reservation, failures and the price's source."""
+    header = (
+        f"{report.by:<16} {'jobs':>5} {'GPU-h held':>11} {'useful':>11} {'GPU-h idle':>11} {'cost $':>12}"
+    )
+    lines = [
+        f"usage of stack {report.stack}, {report.window.since.isoformat()} to {report.window.until.isoformat()}",
+        header,
+    ]
+    for group in (*report.groups, report.total):
+        data = group.to_json(report.rate)
+        fraction = NO_METRICS if data["useful_fraction"] is None else f"{data['useful_fraction']:.1%}"
+        idle = "-" if data["gpu_hours_idle"] is None else f"{data['gpu_hours_idle']:.2f}"
+        cost = "no price" if data["cost_usd"] is None else f"{data['cost_usd']:,.2f}"
+        lines.append(
+            f"{group.name[:16]:<16} {data['jobs']:>5} {data['gpu_hours_held']:>11.2f} {fraction:>11} {idle:>11} {cost:>12}"
+        )
+    lines.append(f"useful: {report.metrics_source or NO_METRICS}; idle: {IDLE_RULE}")
+    if report.reserved is None:
+        lines.append("reserved: none (On-Demand capacity)")
+    else:
+        reserved = report.reserved.to_json()
+        unused_cost = report.rate.dollars(report.reserved.gpu_seconds_unused)
+        lines.append(
+            f"reserved: {reserved['gpu_hours_reserved']:.2f} GPU-h, held {reserved['gpu_hours_held']:.2f}, "
+            f"unused {reserved['gpu_hours_unused']:.2f} GPU-h "
+            f"({'no price' if unused_cost is None else f'${unused_cost:,.2f}'}); {reserved['note']}"
+        )
+    if report.failures is None:
+        lines.append("failures: no event history (run on the controller, or pass --events FILE)")
+    else:
+        jobs = ", ".join(report.failures.interrupted) or "none"
+        lines.append(
+            f"failures: {_hours(report.failures.node_seconds_lost):.2f} node-hours lost to {report.failures.events} "
+            f"down/drain event(s); jobs interrupted: {jobs}"
+        )
+    lines.append(f"price: {report.rate.source}")
+    lines.append("checkpoint interval: not computed (gpuforge's checkpoint model is not in this build)")
+    return "\n".join(lines) + "\n"
