@@ -666,6 +666,48 @@ def _random_bytes(
     return resource_id, {"base64": base64.b64encode(data).decode("ascii"), "hex": data.hex()}
 
 
+def _rds_cluster(
+    mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex
+) -> tuple[str, dict[str, Any]]:
+    # The id is the cluster identifier; the endpoint is <id>.cluster-<12 characters>.<region>.rds.amazonaws.com
+    # (https://docs.aws.amazon.com/AmazonRDS/latest/AuroraUserGuide/Aurora.Endpoints.Cluster.html). With
+    # manageMasterUserPassword RDS makes a secret named rds!cluster-<uuid> (its ARN gets Secrets Manager's
+    # six-character suffix), encrypted with aws/secretsmanager unless a key is given
+    # (https://docs.aws.amazon.com/AmazonRDS/latest/AuroraUserGuide/rds-secrets-manager.html).
+    identifier = _autoname(name, hexes, inputs, "clusterIdentifier")
+    suffix = hexes.lower_alnum(12, "endpoint")
+    extra: dict[str, Any] = {
+        "clusterIdentifier": identifier,
+        "arn": mocks.arn("rds", f"cluster:{identifier}"),
+        "endpoint": f"{identifier}.cluster-{suffix}.{mocks.region}.rds.amazonaws.com",
+        "readerEndpoint": f"{identifier}.cluster-ro-{suffix}.{mocks.region}.rds.amazonaws.com",
+        "port": inputs.get("port", 3306),
+        "clusterResourceId": f"cluster-{hexes.upper_alnum(26, 'resource')}",
+    }
+    if inputs.get("manageMasterUserPassword"):
+        secret = f"rds!cluster-{hexes.uuid('secret')}-{hexes.lower_alnum(6, 'secret')}"
+        extra["masterUserSecrets"] = [
+            {
+                "secretArn": mocks.arn("secretsmanager", f"secret:{secret}"),
+                "kmsKeyId": mocks.arn("kms", f"key/{hexes.uuid('kms')}"),
+                "secretStatus": "active",
+            }
+        ]
+    return identifier, extra
+
+
+def _rds_named(kind: str, key: str) -> Answer:
+    """An RDS resource whose id is its (auto)name: cluster instance, subnet group, parameter group."""
+
+    def answer(
+        mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex
+    ) -> tuple[str, dict[str, Any]]:
+        resource_name = _autoname(name, hexes, inputs, key)
+        return resource_name, {key: resource_name, "arn": mocks.arn("rds", f"{kind}:{resource_name}")}
+
+    return answer
+
+
 _RESOURCE_ANSWERS: dict[str, Answer] = {
     "aws:ec2/vpc:Vpc": _vpc,
     "aws:ec2/subnet:Subnet": _subnet,
@@ -705,6 +747,10 @@ _RESOURCE_ANSWERS: dict[str, Answer] = {
     "aws:sns/topic:Topic": _sns_topic,
     "aws:sns/topicSubscription:TopicSubscription": _sns_subscription,
     "random:index/randomBytes:RandomBytes": _random_bytes,
+    "aws:rds/cluster:Cluster": _rds_cluster,
+    "aws:rds/clusterInstance:ClusterInstance": _rds_named("db", "identifier"),
+    "aws:rds/subnetGroup:SubnetGroup": _rds_named("subgrp", "name"),
+    "aws:rds/clusterParameterGroup:ClusterParameterGroup": _rds_named("cluster-pg", "name"),
 }
 
 
@@ -813,12 +859,24 @@ def _get_subnet(mocks: GpuforgeMocks, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _get_availability_zones(mocks: GpuforgeMocks, args: dict[str, Any]) -> dict[str, Any]:
+    # Every region gpuforge knows has at least zones a, b and c; the names stand in for the account's.
+    names = [f"{mocks.region}{letter}" for letter in "abc"]
+    return {
+        "id": mocks.region,
+        "names": names,
+        "groupNames": [mocks.region] * len(names),
+        "state": args.get("state"),
+    }
+
+
 _CALL_ANSWERS: dict[str, CallAnswer] = {
     "aws:index/getRegion:getRegion": _get_region,
     "aws:index/getPartition:getPartition": _get_partition,
     "aws:index/getCallerIdentity:getCallerIdentity": _get_caller_identity,
     "aws:iam/getPolicyDocument:getPolicyDocument": _get_policy_document,
     "aws:ec2/getSubnet:getSubnet": _get_subnet,
+    "aws:index/getAvailabilityZones:getAvailabilityZones": _get_availability_zones,
 }
 # The provider functions these mocks answer themselves (a policy check's answers file may not replace them).
 ANSWERED_CALLS = frozenset(_CALL_ANSWERS)
