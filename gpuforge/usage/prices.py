@@ -120,7 +120,7 @@ def price(instance_type: str, region: str, *, client: Any | None) -> tuple[Price
             table = table_price(instance_type, region)
             return (
                 table,
-                f"the Price List API failed ({error}); {'the shipped table' if table else 'no price'}",
+                f"the Price List API failed ({error}); {'no price' if table is None else table.source}",
             )
         if found is not None:
             return found, found.source
