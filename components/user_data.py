@@ -45,6 +45,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 SCRATCH_MOUNT = "/scratch"
 # XFS labels are at most 12 characters (xfs_admin(8)).
@@ -84,6 +85,22 @@ MONITORING_ETC = "/etc/gpuforge/monitoring"
 MONITORING_UNITS = ("gpuforge-prometheus.service", "gpuforge-alertmanager.service")
 # A monitoring file's path under MONITORING_ETC: plain names, at most one folder (rules/), never "..".
 _MONITORING_PATH = re.compile(r"(?:[a-z0-9_-]+/)?[a-z0-9_-]+(?:\.[a-z0-9_-]+)+", re.ASCII)
+# slurmdbd (Slurm accounting): its configuration as rendered (gpuforge.scheduler.render, without any password) is
+# kept here; the file slurmdbd reads is written from it at every boot with the database's connection and password,
+# 0600 and owned by SlurmUser, as slurmdbd.conf(5) asks ("should only be readable by the user which executes SlurmDBD").
+SLURMDBD_CONF_NAME = "slurmdbd.conf"
+SLURMDBD_TEMPLATE = "/etc/gpuforge/slurmdbd.conf.rendered"
+SLURMCTLD_UNIT_DIR = "/etc/systemd/system/slurmctld.service.d"
+# The local MariaDB (accounting.database: local): its data and the password generated at its first boot both live on
+# the controller's encrypted state volume, so a replaced controller keeps its job history and its password.
+MARIADB_SUBDIR = "mariadb"
+ACCOUNTING_PASSWORD_NAME = "accounting-db.password"
+# Ubuntu's MariaDB reads /etc/mysql/mariadb.conf.d/*.cnf in name order: 90- comes after the package's 50-server.cnf.
+MARIADB_CNF = "/etc/mysql/mariadb.conf.d/90-gpuforge.cnf"
+MARIADB_DROP_IN = "/etc/systemd/system/mariadb.service.d/mariadb-gpuforge.conf"
+# slurmdbd's database (StorageLoc's default, slurmdbd.conf(5)) and the local user it connects as.
+ACCOUNTING_DATABASE_NAME = "slurm_acct_db"
+LOCAL_STORAGE_USER = "slurm"
 # XFS label of slurmctld's state volume (at most 12 characters, xfs_admin(8)).
 STATE_LABEL = "slurmctld"
 # How long the controller waits for its state volume: the attachment is made after the instance exists.
@@ -96,6 +113,8 @@ CLOUD_INIT_HOSTNAME_CFG = "/etc/cloud/cloud.cfg.d/99-gpuforge-hostname.cfg"
 # quotes around --conf unchanged (systemd reads the file, then splits $SLURMD_OPTIONS on unquoted space).
 # Matched whole (fullmatch): `$` would let a trailing newline through into the file.
 _PLAIN_OPTION = re.compile(r"[A-Za-z0-9 =,:._/+-]+")
+# A DNS name or address (an Aurora cluster endpoint, localhost): written unquoted into slurmdbd.conf.
+_HOST = re.compile(r"[A-Za-z0-9.-]+")
 
 
 @dataclass(frozen=True)
@@ -415,13 +434,165 @@ start_alert_receiver() {
 start_slurmctld() {
     write_file "$SLURMCTLD_DROP_IN" <<UNIT
 # Written by gpuforge's user data: slurmctld's state lives on its own volume; never start without it.
+# With accounting it starts after slurmdbd, so it registers the cluster at once.
 [Unit]
 RequiresMountsFor=$STATE_DIR
+$SLURMCTLD_ORDER
 UNIT
     systemctl daemon-reload
     systemctl enable --now slurmctld.service
 }
 """
+
+
+# slurmdbd.conf as slurmdbd reads it: the rendered file, less any Storage{Host,Port,User,Pass} line it holds, plus the
+# connection and the password read here (from the root-only file on the state volume, or from the RDS-managed secret,
+# {"username", "password"}, https://docs.aws.amazon.com/AmazonRDS/latest/AuroraUserGuide/rds-secrets-manager.html).
+# Slurm's config parser ends a value at an unescaped '#' and drops a backslash before any character
+# (SchedMD/slurm src/common/parse_config.c, _strip_comments and _strip_escapes), so both are escaped. The password is
+# never printed, logged or passed on a command line; the file is written 0600 by SlurmUser in one rename.
+_SLURMDBD_CONF = r"""
+write_slurmdbd_conf() {
+    local tmp attempt
+    tmp="$(mktemp "$SLURMDBD_CONF.XXXXXX")"
+    for attempt in 1 2 3 4 5; do
+        if "$GPUFORGE_PYTHON" - "$SLURMDBD_TEMPLATE" "$tmp" "$STORAGE_HOST" "$STORAGE_PORT" "$STORAGE_USER" \
+            "$ACCOUNTING_SECRET" <<'PYTHON'
+import json
+import re
+import sys
+
+template, target, host, port, user, secret = sys.argv[1:7]
+if secret.startswith("arn:"):
+    import boto3
+
+    client = boto3.client("secretsmanager", region_name=secret.split(":")[3])
+    value = json.loads(client.get_secret_value(SecretId=secret)["SecretString"])
+    user, password = value["username"], value["password"]
+else:
+    with open(secret, encoding="ascii") as source:
+        password = source.read().strip()
+if not password or re.search(r'[\s"\x00-\x1f\x7f]', password):
+    sys.exit("the database password is empty or holds a character slurmdbd.conf cannot carry")
+escaped = password.replace("\\", "\\\\").replace("#", "\\#")
+with open(template, encoding="utf-8") as source:
+    kept = [line for line in source if not re.match(r"\s*Storage(Host|Port|User|Pass)\s*=", line, re.I)]
+with open(target, "w", encoding="utf-8") as out:
+    out.writelines(kept)
+    out.write(f"StorageHost={host}\nStoragePort={port}\nStorageUser={user}\nStoragePass={escaped}\n")
+PYTHON
+        then
+            chown "$SLURM_USER:$SLURM_USER" "$tmp"
+            chmod 0600 "$tmp"
+            mv -f "$tmp" "$SLURMDBD_CONF"
+            return 0
+        fi
+        log "writing $SLURMDBD_CONF failed (attempt $attempt of 5)"
+        sleep 10
+    done
+    rm -f "$tmp"
+    return 1
+}
+
+start_slurmdbd() {
+    systemctl daemon-reload
+    systemctl enable --now slurmdbd.service
+}
+"""
+
+# The local MariaDB: data and password on the state volume. The state folder becomes 0711 so that MariaDB's user can
+# reach its own 0700 folder inside it; slurmctld's files there stay its own (0600). The password is made once, at the
+# volume's first boot, root-only; every boot sets the database user to it, so the two never drift apart. The SQL goes
+# through standard input (a here-document), never on a command line.
+_LOCAL_MARIADB = r"""
+setup_mariadb() {
+    local password
+    chmod 0711 "$STATE_DIR"
+    install -d -m 0700 -o mysql -g mysql "$MARIADB_DIR"
+    write_file "$MARIADB_CNF" <<CNF
+# Written by gpuforge's user data: Slurm's accounting database on the controller's state volume, local only.
+[mysqld]
+datadir=$MARIADB_DIR
+bind-address=127.0.0.1
+CNF
+    write_file "$MARIADB_DROP_IN" <<UNIT
+# Written by gpuforge's user data: MariaDB's data lives on the state volume; never start without it.
+[Unit]
+RequiresMountsFor=$STATE_DIR
+UNIT
+    if [[ ! -d "$MARIADB_DIR/mysql" ]]; then
+        mariadb-install-db --user=mysql --datadir="$MARIADB_DIR" --auth-root-authentication-method=socket \
+            --skip-test-db >/dev/null
+    fi
+    if [[ ! -s "$ACCOUNTING_SECRET" ]]; then
+        (
+            umask 077
+            "$GPUFORGE_PYTHON" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$ACCOUNTING_SECRET.new"
+        )
+        mv -f "$ACCOUNTING_SECRET.new" "$ACCOUNTING_SECRET"
+    fi
+    chown root:root "$ACCOUNTING_SECRET"
+    chmod 0600 "$ACCOUNTING_SECRET"
+    systemctl daemon-reload
+    systemctl enable mariadb.service
+    systemctl restart mariadb.service
+    password="$(<"$ACCOUNTING_SECRET")"
+    mariadb --protocol=socket <<SQL
+CREATE DATABASE IF NOT EXISTS $STORAGE_LOC;
+CREATE USER IF NOT EXISTS '$STORAGE_USER'@'localhost' IDENTIFIED BY '$password';
+ALTER USER '$STORAGE_USER'@'localhost' IDENTIFIED BY '$password';
+GRANT ALL ON $STORAGE_LOC.* TO '$STORAGE_USER'@'localhost';
+SQL
+}
+"""
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """Where slurmdbd keeps Slurm's accounting: plain values (resolve Outputs first).
+
+    `local`: MariaDB on the controller's state volume, on this host. `aurora`: the cluster endpoint `host`:`port`
+    of components.accounting_db and `secret_arn`, the secret RDS keeps the master user's name and password in.
+    """
+
+    database: Literal["local", "aurora"]
+    host: str = "localhost"
+    port: int = 3306
+    secret_arn: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.database == "aurora") != (self.secret_arn is not None):
+            raise ValueError("Accounting: a secret ARN is given with database aurora, and only then")
+        if not _HOST.fullmatch(self.host):
+            raise ValueError(f"Accounting.host = {self.host!r} is not a host name")
+
+
+def _accounting(accounting: Accounting, state_dir: str) -> tuple[dict[str, str], list[str], list[str]]:
+    """(variables, sections, steps before slurmctld) of slurmdbd and, with `local`, its MariaDB."""
+    local = accounting.database == "local"
+    variables = {
+        "SLURMDBD_TEMPLATE": SLURMDBD_TEMPLATE,
+        "SLURMDBD_CONF": f"{SLURM_ETC}/{SLURMDBD_CONF_NAME}",
+        "STORAGE_HOST": accounting.host,
+        "STORAGE_PORT": str(accounting.port),
+        # The master user's name comes from the secret with aurora; this one is the local database's.
+        "STORAGE_USER": LOCAL_STORAGE_USER,
+        "ACCOUNTING_SECRET": (
+            f"{state_dir}/{ACCOUNTING_PASSWORD_NAME}" if local else str(accounting.secret_arn)
+        ),
+    }
+    sections = [_SLURMDBD_CONF]
+    steps = ["step write_slurmdbd_conf", "step start_slurmdbd"]
+    if local:
+        variables |= {
+            "MARIADB_DIR": f"{state_dir}/{MARIADB_SUBDIR}",
+            "MARIADB_CNF": MARIADB_CNF,
+            "MARIADB_DROP_IN": MARIADB_DROP_IN,
+            "STORAGE_LOC": ACCOUNTING_DATABASE_NAME,
+        }
+        sections.append(_LOCAL_MARIADB)
+        steps.insert(0, "step setup_mariadb")
+    return variables, sections, steps
 
 
 def _declarations(variables: Mapping[str, str]) -> str:
@@ -545,6 +716,8 @@ class ControllerParams:
     # `gpuforge monitoring render`'s controller files by relative path (prometheus.yml, prometheus.flags,
     # alertmanager.yml, rules/*.yml), written to MONITORING_ETC; empty: no Prometheus, no Alertmanager.
     monitoring_files: Mapping[str, str] = field(default_factory=dict)
+    # slurmdbd and its database (`Accounting`); None: no accounting (slurm.conf then names no slurmdbd).
+    accounting: Accounting | None = None
 
 
 def _file_variable(name: str) -> str:
@@ -613,11 +786,32 @@ def render_controller(params: ControllerParams) -> str:
     if params.alert_receiver:
         variables["ALERT_RECEIVER_UNIT"] = ALERT_RECEIVER_UNIT
     variables |= {_file_variable(name): text for name, text in sorted(params.files.items())}
+    # slurmdbd.conf is kept as rendered (no password) and written for slurmdbd by write_slurmdbd_conf.
     writes = "".join(
-        f'    printf \'%s\' "${_file_variable(name)}" | write_file "$SLURM_ETC/{name}"\n'
+        f"    printf '%s' \"${_file_variable(name)}\" | write_file "
+        + ('"$SLURMDBD_TEMPLATE"' if name == SLURMDBD_CONF_NAME else f'"$SLURM_ETC/{name}"')
+        + "\n"
         for name in sorted(params.files)
     )
     sections = [_COMMON, _WRITE_FILE, _CONTROLLER, _SLURM_KEY, f"\nwrite_slurm_files() {{\n{writes}}}\n"]
+    accounting_steps: list[str] = []
+    if params.accounting is not None:
+        if SLURMDBD_CONF_NAME not in params.files:
+            raise ValueError(
+                f"ControllerParams.files has no {SLURMDBD_CONF_NAME}: slurmdbd cannot be configured"
+            )
+        accounting_variables, accounting_sections, accounting_steps = _accounting(
+            params.accounting, params.state_dir
+        )
+        variables |= accounting_variables
+        sections += accounting_sections
+    elif SLURMDBD_CONF_NAME in params.files:
+        raise ValueError(
+            f"ControllerParams.files has {SLURMDBD_CONF_NAME} but no accounting database is given"
+        )
+    variables["SLURMCTLD_ORDER"] = (
+        "Wants=slurmdbd.service\nAfter=slurmdbd.service" if params.accounting is not None else ""
+    )
     monitoring = _monitoring(params.monitoring_files)
     if monitoring is not None:
         monitoring_variables, monitoring_section = monitoring
@@ -630,7 +824,10 @@ def render_controller(params: ControllerParams) -> str:
         "step write_slurm_files",
         "step fetch_slurm_key",
         *(["step write_monitoring_files"] if monitoring is not None else []),
+        # The database and slurmdbd.conf before slurmctld's gate; slurmdbd started before slurmctld.
+        *[line for line in accounting_steps if line != "step start_slurmdbd"],
         "if ((${#FAILED_STEPS[@]} == 0)); then",
+        *(["    step start_slurmdbd"] if accounting_steps else []),
         "    step start_slurmctld",
         *(["    step start_topology_sync"] if params.topology_sync is not None else []),
         *(["    step start_monitoring"] if monitoring is not None else []),
