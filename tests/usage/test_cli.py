@@ -143,3 +143,49 @@ def test_a_stack_without_slurm_is_exit_2(
     code, _, err = _run(capsys, "usage", stack, "--stack", "test", "--sacct-json", no_jobs)
     assert code == 2
     assert "gpuforge:scheduler.type is none" in err and "Fix:" in err
+
+
+def test_off_the_controller_without_sacct_json_is_exit_2_with_the_fix(
+    capsys: pytest.CaptureFixture[str],
+    make_stack: StackMaker,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sacct here
+    code, _, err = _run(capsys, "usage", make_stack(), "--stack", "test")
+    assert code == 2
+    assert "sacct is not on PATH" in err and "pass --sacct-json FILE" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "Cluster|NodeName|TimeStart\n",
+            r"events\.txt: line 1: the header .* lacks column\(s\) TimeEnd, State, Reason",
+        ),
+        (
+            "NodeName|TimeStart|TimeEnd|State|Reason\ngpu-1|2026-12-01T01:00:00|Unknown|DRAIN\n",
+            r"events\.txt: line 2: 4 column\(s\), the header has 5",
+        ),
+        (
+            "NodeName|TimeStart|TimeEnd|State|Reason\ngpu-1|12/01 01:00|Unknown|DRAIN|gpuforge: xid\n",
+            r"events\.txt: line 2: TimeStart = '12/01 01:00': sacctmgr's time YYYY-MM-DDTHH:MM:SS is expected\. Fix:",
+        ),
+    ],
+)
+def test_a_malformed_events_file_names_the_line_and_column(
+    capsys: pytest.CaptureFixture[str],
+    make_stack: StackMaker,
+    no_jobs: Path,
+    tmp_path: Path,
+    text: str,
+    expected: str,
+) -> None:
+    path = tmp_path / "events.txt"
+    path.write_text(text, encoding="utf-8")
+    code, _, err = _run(
+        capsys, "usage", make_stack(), "--stack", "test", "--sacct-json", no_jobs, "--events", path
+    )
+    assert code == 2
+    assert re.search(expected, err), err
