@@ -48,7 +48,7 @@ Every setting and its source:
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -226,7 +226,7 @@ class AccountingDatabase(pulumi.ComponentResource):
             f"{name}-writer",
             cluster_identifier=cluster.id,
             instance_class=INSTANCE_CLASS,
-            engine=ENGINE,
+            engine=aws.rds.EngineType.AURORA_MYSQL,
             engine_version=ENGINE_VERSION,
             db_subnet_group_name=subnet_group.name,
             availability_zone=args.availability_zone,
@@ -261,7 +261,7 @@ class AccountingDatabase(pulumi.ComponentResource):
         )
 
 
-def _secret_arn(secrets: list[aws.rds.outputs.ClusterMasterUserSecret] | None) -> str:
+def _secret_arn(secrets: Sequence[aws.rds.outputs.ClusterMasterUserSecret] | None) -> str:
     """The ARN of the secret RDS made for the master user (one, with manage_master_user_password)."""
     if not secrets or not secrets[0].secret_arn:
         raise invalid(

@@ -24,11 +24,11 @@ the matrix pin (`gpuforge:matrix`, `gpuforge:matrix-version`, `gpuforge:matrix-d
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import pulumi
 
-from gpuforge.components import cluster_rules, lustre_rules, slurm_controller
+from gpuforge.components import accounting_db, cluster_rules, lustre_rules, slurm_controller
 from gpuforge.components.bucket import DataBucket, DataBucketArgs
 from gpuforge.components.capacity import scale_plan
 from gpuforge.components.controller_monitoring import ControllerMonitoring
@@ -176,6 +176,9 @@ class GpuCluster(pulumi.ComponentResource):
                     monitoring=monitoring,
                     made_workspace_arn=_made(monitoring, resources, "workspace"),
                     made_topic_arn=_made(monitoring, resources, "topic"),
+                    accounting_database=_accounting_database(spec),
+                    # The block of the VPC gpuforge makes; None in an existing VPC (Aurora is refused there).
+                    vpc_cidr=None if spec.network.existing else spec.network.vpc_cidr,
                 ),
                 opts=child,
             )
@@ -233,8 +236,9 @@ class GpuCluster(pulumi.ComponentResource):
         workspace = resources.workspace_arn if resources else None
         topic = resources.topic_arn if resources else None
         monitoring_files = controller.monitoring_files if controller else pulumi.Output.from_input({})
+        database_endpoint = controller.database_endpoint if controller else none
         self.summary = pulumi.Output.all(
-            placement.group_name, address, monitoring_files, workspace, topic
+            placement.group_name, address, monitoring_files, workspace, topic, database_endpoint
         ).apply(
             lambda values: {
                 **cluster_summary(
@@ -251,6 +255,7 @@ class GpuCluster(pulumi.ComponentResource):
                 "monitoring": _monitoring_summary(
                     monitoring if controller else None, values[2], workspace=values[3], topic=values[4]
                 ),
+                "accounting": _accounting_summary(spec, controller, values[5]),
             }
         )
         self.register_outputs(
@@ -284,6 +289,28 @@ def _scheduler_summary(
             {"name": partition.name, "max_time": partition.max_time, "default": partition.default}
             for partition in (scheduler.effective_partitions if controller else ())
         ],
+    }
+
+
+def _accounting_database(spec: GpuClusterSpec) -> Literal["local", "aurora"]:
+    """The stack's gpuforge:scheduler.accounting.database (local unless the stack says aurora)."""
+    # TODO(issue 22): SchedulerSpec.accounting lands with the scheduler's config; read it directly then.
+    accounting = getattr(spec.scheduler, "accounting", None)
+    return "local" if accounting is None else accounting.database
+
+
+def _accounting_summary(
+    spec: GpuClusterSpec, controller: SlurmController | None, endpoint: str | None
+) -> dict[str, Any]:
+    """The summary's `accounting`: where slurmdbd keeps Slurm's accounting (the same keys without Slurm)."""
+    if controller is None:
+        return {"database": None, "engine_version": None, "endpoint": None, "state_volume_gib": None}
+    aurora = _accounting_database(spec) == "aurora"
+    return {
+        "database": "aurora" if aurora else "local",
+        "engine_version": accounting_db.ENGINE_VERSION if aurora else None,
+        "endpoint": endpoint if aurora else None,
+        "state_volume_gib": slurm_controller.STATE_VOLUME_GIB,
     }
 
 

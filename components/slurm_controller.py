@@ -44,6 +44,7 @@ import gzip
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import pulumi
 import pulumi_aws as aws
@@ -51,10 +52,15 @@ import pulumi_random as random
 
 from gpuforge import hardware
 from gpuforge.components import cluster_rules, node_iam
+from gpuforge.components.accounting_db import (
+    DATABASE_SUBNET_SOURCE,
+    AccountingDatabase,
+    AccountingDatabaseArgs,
+)
 from gpuforge.components.controller_monitoring import ControllerMonitoring
 from gpuforge.components.input_errors import invalid
 from gpuforge.components.specs import AmiPin, CapacityType, SchedulerSpec
-from gpuforge.components.user_data import ControllerParams, render_controller
+from gpuforge.components.user_data import SLURMDBD_CONF_NAME, Accounting, ControllerParams, render_controller
 from gpuforge.images.disk import ROOT_VOLUME_GIB as IMAGE_ROOT_VOLUME_GIB
 from gpuforge.scheduler import versions
 from gpuforge.scheduler.render import ConfigFile, SlurmCluster, SlurmSite, node_registration, render_files
@@ -209,6 +215,27 @@ class SlurmControllerArgs:
     # (None where none was made): the controller's prometheus.yml and alertmanager.yml name them.
     made_workspace_arn: pulumi.Input[str] | None = None
     made_topic_arn: pulumi.Input[str] | None = None
+    # Where slurmdbd keeps Slurm's accounting (gpuforge:scheduler.accounting.database): `local`, MariaDB on the
+    # state volume; `aurora`, an AccountingDatabase in the VPC gpuforge made, whose block is `vpc_cidr`.
+    accounting_database: Literal["local", "aurora"] = "local"
+    vpc_cidr: str | None = None
+
+
+def check_accounting(args: SlurmControllerArgs) -> None:
+    """Refuse an Aurora database the network cannot hold, before any resource exists.
+
+    Aurora's DB subnet group needs private subnets in two Availability Zones; gpuforge adds the second one to a
+    VPC it made (components.accounting_db). An existing VPC's second subnet is not a config field yet.
+    """
+    if args.accounting_database == "aurora" and args.vpc_cidr is None:
+        raise invalid(
+            "scheduler.accounting.database",
+            "aurora",
+            "Aurora needs private subnets in two Availability Zones, and gpuforge adds the second one only to a "
+            "VPC it makes; this cluster uses an existing VPC",
+            "use accounting.database: local (MariaDB on the controller's state volume), or let gpuforge make the VPC",
+            source=DATABASE_SUBNET_SOURCE,
+        )
 
 
 class SlurmController(pulumi.ComponentResource):
@@ -236,6 +263,7 @@ class SlurmController(pulumi.ComponentResource):
         controller_type = args.scheduler.controller_instance_type
         assert controller_type is not None  # SchedulerSpec requires it with type slurm
         cluster_rules.check_tags(args.tags)
+        check_accounting(args)
         super().__init__(TOKEN, name, None, opts)
         self._name = name
         self._child = pulumi.ResourceOptions(parent=self)
@@ -271,6 +299,27 @@ class SlurmController(pulumi.ComponentResource):
             node_iam.allow_discover_nodes(self, name, role.role)
         self.role_arn = role.role.arn
         self.role_name = role.role.name
+        database = None
+        if args.accounting_database == "aurora":
+            assert args.vpc_cidr is not None  # check_accounting refused None above
+            database = AccountingDatabase(
+                f"{name}-accounting",
+                AccountingDatabaseArgs(
+                    cluster_name=args.cluster_name,
+                    vpc_id=args.vpc_id,
+                    vpc_cidr=args.vpc_cidr,
+                    subnet_id=args.subnet_id,
+                    availability_zone=args.availability_zone,
+                    controller_security_group_id=self.security_group_id,
+                    tags=tags,
+                ),
+                opts=self._child,
+            )
+            # The controller reads the RDS-managed secret at boot: that one ARN and no other.
+            database.grant(role.role.name)
+        self.database_endpoint: pulumi.Output[str | None] = (
+            database.endpoint if database else pulumi.Output.from_input(None)
+        )
 
         volume = aws.ebs.Volume(
             f"{name}-state",
@@ -285,8 +334,13 @@ class SlurmController(pulumi.ComponentResource):
         self.monitoring_files = pulumi.Output.all(args.made_workspace_arn, args.made_topic_arn).apply(
             lambda arns: dict(monitoring.files_for(arns[0], arns[1])) if monitoring is not None else {}
         )
+        connection = (
+            pulumi.Output.all(database.endpoint, database.port, database.secret_arn)
+            if database
+            else pulumi.Output.from_input([None, None, None])
+        )
         user_data = pulumi.Output.all(
-            planned, volume.id, secret.arn, self.files, self.monitoring_files
+            planned, volume.id, secret.arn, self.files, self.monitoring_files, connection
         ).apply(
             lambda values: _encoded(
                 render_controller(
@@ -301,6 +355,7 @@ class SlurmController(pulumi.ComponentResource):
                         topology_sync=topology_sync,
                         alert_receiver=monitoring is not None and monitoring.config.drain_on_alert,
                         monitoring_files=values[4],
+                        accounting=_accounting(args.accounting_database, values[3], values[5]),
                     )
                 )
             )
@@ -439,6 +494,28 @@ class SlurmController(pulumi.ComponentResource):
             f"{self._name}-key-version", secret_id=secret.id, secret_string=key.base64, opts=self._child
         )
         return secret
+
+
+def _accounting(database: str, files: Mapping[str, str], connection: list[Any]) -> Accounting | None:
+    """How the controller's slurmdbd reaches its database: MariaDB on the state volume, or Aurora's endpoint and
+    the ARN of the secret RDS keeps its password in (`connection`: endpoint, port, secret ARN).
+
+    None where the rendered files hold no slurmdbd.conf (a renderer without accounting), which Aurora refuses.
+    """
+    if SLURMDBD_CONF_NAME not in files:
+        if database == "aurora":
+            raise invalid(
+                "scheduler.accounting.database",
+                database,
+                f"the rendered Slurm files hold no {SLURMDBD_CONF_NAME}, so slurmdbd cannot use the database",
+                "render the scheduler with accounting (gpuforge.scheduler.render)",
+            )
+        return None
+    if database == "local":
+        return Accounting("local")
+    endpoint, port, secret_arn = connection
+    # The engine hands numbers over as floats.
+    return Accounting("aurora", host=str(endpoint), port=int(port), secret_arn=str(secret_arn))
 
 
 def _encoded(script: str) -> str:
