@@ -12,6 +12,7 @@ from typing import Final
 from pulumi_policy import EnforcementLevel, Policy
 
 from gpuforge import __version__
+from gpuforge.policies.rules_accounting import RDS_DATABASE_HARDENED, RDS_NOT_PUBLIC, RDS_TLS_REQUIRED
 from gpuforge.policies.rules_ami import AMI_PINNED, DRIVER_BRANCH_EOL
 from gpuforge.policies.rules_bucket_policies import S3_NO_PUBLIC_PRINCIPAL, S3_TLS_ONLY
 from gpuforge.policies.rules_iam import IAM_NO_WILDCARD
@@ -58,4 +59,7 @@ POLICIES: Final[list[Policy]] = [
     COST_ALLOCATION_TAGS,
     DRIVER_BRANCH_EOL,
     SLURM_CONTROLLER_CPU,
+    RDS_DATABASE_HARDENED,
+    RDS_NOT_PUBLIC,
+    RDS_TLS_REQUIRED,
 ]

@@ -49,6 +49,9 @@ MANDATORY = {
     "iam-no-wildcard",
     "s3-no-public-principal",
     "s3-tls-only",
+    "rds-database-hardened",
+    "rds-not-public",
+    "rds-tls-required",
 }
 ADVISORY = {"p-family-capacity", "cost-allocation-tags", "driver-branch-eol", "slurm-controller-cpu"}
 STARTUP_TIMEOUT_S = 30.0
