@@ -14,6 +14,7 @@ veth pairs, the bridge, mounts. Every wait is bounded by a deadline.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import re
@@ -24,7 +25,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuforge.scheduler.render import SlurmSite
+from gpuforge import hardware
+from gpuforge.components.specs import SchedulerSpec
+from gpuforge.scheduler.render import SlurmCluster, SlurmSite, node_registration, render_files
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_ROOT = REPO / ".cache" / "slurm-root"
@@ -46,12 +49,27 @@ PYTHONPATH={AGENT_DIR} exec python3 -c 'import sys; from gpuforge.cli import mai
 """
 
 
+# Accounting (start_database, start_slurmdbd): the daemons' names in `procs`, where MariaDB
+# keeps its files (inside the overlay, so in the test's temporary folder), and the database
+# slurmdbd uses. MariaDB listens on 127.0.0.1 of the controller's namespace, which no other
+# cluster shares, and on its socket.
+DATABASE = "mariadb"
+DBD = "slurmdbd"
+DB_DIR = f"{TEST_DIR}/mysql"
+DB_SOCKET = "/run/mysqld/mysqld.sock"
+DB_PORT = 3306
+DB_NAME = "slurm_acct_db"
+DB_USER = "slurm"
+
+
 class ClusterError(AssertionError):
     """A daemon did not start or a wait ran out; carries the daemon's log for the test report."""
 
 
-def _run(argv: list[str], *, timeout: float = 30, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+def _run(
+    argv: list[str], *, timeout: float = 30, check: bool = True, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
     if check and done.returncode != 0:
         raise ClusterError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
     return done
@@ -202,28 +220,41 @@ class SlurmTestCluster:
 
     def daemon_log(self, name: str) -> str:
         out = self.base / f"{name}.out"
-        files = [
-            out,
-            self.root / "var/log/slurm" / ("slurmctld.log" if name == "ctl" else f"slurmd-{name}.log"),
-        ]
+        files = [out]  # MariaDB logs to its standard error, so to `out` alone
+        if name != DATABASE:
+            logs = {"ctl": "slurmctld.log", DBD: "slurmdbd.log"}
+            files.append(self.root / "var/log/slurm" / logs.get(name, f"slurmd-{name}.log"))
         return "\n".join(path.read_text(errors="replace")[-4000:] for path in files if path.exists())
 
-    def start_controller(self, host: str, *, ready_timeout: float = 30) -> None:
-        """slurmctld in the `ctl` namespace with hostname `host` (its own UTS namespace)."""
-        netns = self.add_namespace("ctl", 1)
+    def controller_namespace(self) -> str:
+        """The `ctl` namespace at address 1, made on first use: slurmctld's, and the database's
+        and slurmdbd's when the cluster keeps accounting (they run on the controller)."""
+        namespace = f"{self.tag}-ctl"
+        if namespace not in self.namespaces:
+            self.add_namespace("ctl", 1)
+        return f"/var/run/netns/{namespace}"
+
+    def _start_as_host(self, name: str, host: str, argv: list[str]) -> None:
+        """A daemon in the controller's namespace with hostname `host` (a UTS namespace of its own):
+        nsenter, unshare and sh each exec the next, so the pid kept is the daemon's."""
         self._start(
-            "ctl",
+            name,
             [
                 "nsenter",
-                f"--net={netns}",
+                f"--net={self.controller_namespace()}",
                 "unshare",
                 "--uts",
                 "sh",
                 "-c",
-                f'hostname "$0" && exec chroot {self.root} slurmctld -D',
+                f'hostname "$0" && exec chroot {self.root} "$@"',
                 host,
+                *argv,
             ],
         )
+
+    def start_controller(self, host: str, *, ready_timeout: float = 30) -> None:
+        """slurmctld in the `ctl` namespace with hostname `host` (its own UTS namespace)."""
+        self._start_as_host("ctl", host, ["slurmctld", "-D"])
         self.wait_for(
             "slurmctld to answer",
             lambda: self.client(["scontrol", "ping"], check=False).stdout.count("UP") > 0,
@@ -280,6 +311,118 @@ class SlurmTestCluster:
         detail = f":\n{self.daemon_log(daemon)}" if daemon else ""
         raise ClusterError(f"timed out after {timeout} s waiting for {what}{detail}")
 
+    # -- accounting: MariaDB and slurmdbd on the controller -------------------------------
+
+    def write_hosts(self, host: str) -> None:
+        """/etc/hosts naming the controller at address 1: slurm.conf's AccountingStorageHost and
+        slurmdbd.conf's DbdHost are names, and the chroot has no other resolver."""
+        (self.root / "etc/hosts").write_text(
+            f"127.0.0.1 localhost\n{self.address(1)} {host}\n", encoding="utf-8"
+        )
+
+    def start_database(self, password: str, *, timeout: float = 60) -> None:
+        """MariaDB in the controller's namespace: a new data folder, then mariadbd, then slurmdbd's
+        user (`DB_USER` with `password`, all rights on `DB_NAME`), as the controller's boot does.
+
+        `--innodb-snapshot-isolation=OFF`: MariaDB 11.8 turns it on by default, and slurmdbd
+        26.05.5 then warns at start that it will fail on write conflicts.
+        """
+        data = self.root / DB_DIR.lstrip("/")
+        data.mkdir(parents=True)
+        self.chroot(["chown", "mysql:mysql", DB_DIR, "/run/mysqld"])
+        self.chroot(
+            ["mariadb-install-db", "--user=mysql", f"--datadir={DB_DIR}", "--skip-test-db"], timeout=timeout
+        )
+        self._start(
+            DATABASE,
+            [
+                "nsenter",
+                f"--net={self.controller_namespace()}",
+                "chroot",
+                str(self.root),
+                "mariadbd",
+                "--user=mysql",
+                f"--datadir={DB_DIR}",
+                f"--socket={DB_SOCKET}",
+                "--bind-address=127.0.0.1",
+                f"--port={DB_PORT}",
+                "--innodb-snapshot-isolation=OFF",
+            ],
+        )
+        self.wait_for(
+            "mariadbd to answer",
+            lambda: (
+                self.chroot(["mariadb-admin", f"--socket={DB_SOCKET}", "ping"], check=False).returncode == 0
+            ),
+            timeout,
+            daemon=DATABASE,
+        )
+        quoted = password.replace("\\", "\\\\").replace("'", "\\'")
+        # On standard input, so that the password is in no process's arguments.
+        _run(
+            ["chroot", str(self.root), "mariadb", f"--socket={DB_SOCKET}"],
+            stdin=(
+                f"CREATE DATABASE {DB_NAME};\n"
+                f"CREATE USER '{DB_USER}'@'localhost' IDENTIFIED BY '{quoted}';\n"
+                f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'localhost';\n"
+            ),
+        )
+
+    def start_slurmdbd(self, host: str, conf: str, *, timeout: float = 30) -> None:
+        """slurmdbd in the controller's namespace with hostname `host`, reading `conf` (the whole
+        slurmdbd.conf, password included): owned by slurm, mode 0600, as slurmdbd insists."""
+        path = self.root / "etc/slurm/slurmdbd.conf"
+        path.write_text(conf, encoding="utf-8")
+        path.chmod(0o600)
+        (self.root / "run/slurmdbd").mkdir(exist_ok=True)
+        self.chroot(["chown", "slurm:slurm", "/etc/slurm/slurmdbd.conf", "/run/slurmdbd"])
+        self._start_as_host(DBD, host, ["slurmdbd", "-D"])
+        log = self.root / "var/log/slurm/slurmdbd.log"
+        self.wait_for(
+            "slurmdbd to start",
+            lambda: log.exists() and " started" in log.read_text(errors="replace"),
+            timeout,
+            daemon=DBD,
+        )
+
+    def add_users(self, *names: str) -> None:
+        """Unix users inside the root (no home): Slurm checks a job's user exists on the nodes."""
+        for name in names:
+            self.chroot(["useradd", "--no-create-home", "--shell", "/bin/sh", name])
+
+    def client_as(
+        self, user: str, argv: list[str], *, timeout: float = 30, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """A Slurm client command run by `user` (auth/slurm authenticates it as that user)."""
+        return _run(
+            [
+                "nsenter",
+                f"--net={self.controller_namespace()}",
+                "chroot",
+                f"--userspec={user}:{user}",
+                str(self.root),
+                *argv,
+            ],
+            timeout=timeout,
+            check=check,
+        )
+
+    def client_bin(self) -> Path:
+        """A folder of `CLIENT_COMMANDS` wrappers that run the command inside this cluster (in the
+        controller's namespace and root), made on first use; see `run_with_cluster_clients`."""
+        folder = self.base / "client-bin"
+        if not folder.is_dir():
+            folder.mkdir()
+            for command in CLIENT_COMMANDS:
+                wrapper = folder / command
+                wrapper.write_text(
+                    "#!/bin/sh\n"
+                    f'exec nsenter --net={self.controller_namespace()} chroot {self.root} {command} "$@"\n',
+                    encoding="utf-8",
+                )
+                wrapper.chmod(0o755)
+        return folder
+
     # -- reading state ------------------------------------------------------------------
 
     def node(self, name: str) -> dict[str, str]:
@@ -313,7 +456,8 @@ class SlurmTestCluster:
     def close(self) -> None:
         if self.procs.get("ctl") is not None and self.alive("ctl"):
             self.client(["scancel", "--full", "--user=root"], check=False)
-        for name in list(self.procs):
+        # Last started, first stopped: nodes, slurmctld, then slurmdbd, then the database.
+        for name in reversed(list(self.procs)):
             self.stop(name)
         for _ in range(20):  # bounded: steps get SIGKILL, then have 10 s to go
             strays = self._strays()
@@ -331,6 +475,39 @@ class SlurmTestCluster:
             _run(["umount", "-R", str(target)], check=False)
 
 
+# The client commands `client_bin` wraps: what `gpuforge usage` and the MTBF reader call on a controller.
+CLIENT_COMMANDS = ("sacct", "sacctmgr", "sreport", "squeue", "sinfo", "scontrol")
+
+
+def run_with_cluster_clients(
+    cluster: SlurmTestCluster,
+    argv: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """Run a command of this machine (not of the root) as if on the cluster's controller.
+
+    Slurm's client commands (`CLIENT_COMMANDS`) come first on PATH as wrappers that run the
+    real ones inside the cluster, so a program that calls `sacct --json` or `sacctmgr show
+    event` finds the running cluster's slurmdbd. For example, `gpuforge usage` the way it runs
+    on a controller, to compare with the cluster's own `sacct` (both read the same slurmdbd):
+
+        done = run_with_cluster_clients(
+            cluster, [str(REPO / ".venv/bin/gpuforge"), "usage", stack_dir, "--stack", "dev", "--json"]
+        )
+        truth = json.loads(cluster.client(["sacct", "--json", "--allusers"]).stdout)
+
+    The wrappers run as root; `env` is added to this process's environment. sacct prints
+    times in the root's zone, UTC (its /etc/localtime); `--json` gives epoch seconds. Returns
+    the finished process whatever its exit status (the caller asserts on it); a command that
+    outlives `timeout` raises subprocess.TimeoutExpired.
+    """
+    environment = {**os.environ, **(env or {})}
+    environment["PATH"] = f"{cluster.client_bin()}:{environment.get('PATH', '')}"
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=environment, check=False)
+
+
 @contextlib.contextmanager
 def open_cluster(base: Path, lower: Path, agent_source: Path) -> Iterator[SlurmTestCluster]:
     cluster = SlurmTestCluster(base=base, lower=lower)
@@ -339,6 +516,136 @@ def open_cluster(base: Path, lower: Path, agent_source: Path) -> Iterator[SlurmT
         yield cluster
     finally:
         cluster.close()
+
+
+# -- a whole cluster with accounting: MariaDB, slurmdbd, slurmctld and GPU nodes -----------
+
+CONTROLLER = "gfctl"
+
+
+def this_machine(cluster: SlurmTestCluster, gpus: int) -> hardware.InstanceType:
+    """p5.48xlarge's catalog row with this machine's CPUs and memory (from `slurmd -C`, so that
+    Slurm's checks against the real hardware pass) and `gpus` GPUs on one NUMA node."""
+    line = cluster.chroot(["slurmd", "-C"]).stdout.splitlines()[0]
+    found = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", line)}
+    sockets = found["SocketsPerBoard"]
+    return dataclasses.replace(
+        hardware.get("p5.48xlarge"),
+        vcpus=found["CPUs"],
+        sockets=sockets,
+        cores=sockets * found["CoresPerSocket"],
+        threads_per_core=found["ThreadsPerCore"],
+        memory_mib=found["RealMemory"],
+        gpu_count=gpus,
+        numa_nodes=(hardware.NumaNode(index=0, gpus=tuple(range(gpus))),),
+    )
+
+
+def storage_pass(password: str) -> str:
+    """The StoragePass line the controller adds at boot: Slurm's parser ends a value at an
+    unescaped '#' and drops a backslash before any character, so both are escaped."""
+    return "StoragePass=" + password.replace("\\", "\\\\").replace("#", "\\#") + "\n"
+
+
+@dataclass(frozen=True)
+class AccountingCluster:
+    """A running cluster that keeps accounting, as `start_accounting_cluster` left it."""
+
+    cluster: SlurmTestCluster
+    spec: SlurmCluster
+    nodes: tuple[str, ...]  # the GPU nodes' names, all idle at start
+
+
+def start_accounting_cluster(
+    cluster: SlurmTestCluster,
+    *,
+    name: str,
+    password: str,
+    node_count: int = 2,
+    gpus_per_node: int = 2,
+    scheduler: SchedulerSpec | None = None,
+    timeout: float = 60,
+) -> AccountingCluster:
+    """MariaDB, slurmdbd, slurmctld and `node_count` GPU nodes of the rendered config, all up.
+
+    Started in the order the controller boots them: the database (with slurmdbd's database
+    and user), slurmdbd, slurmctld (which registers the cluster in slurmdbd by itself), then
+    the nodes, each waited for idle. Only root's association exists at the start: teams,
+    users and QOS are the caller's (sacctmgr or `gpuforge scheduler sync-accounts`); the
+    Unix users jobs run as are made with `cluster.add_users`.
+    """
+    spec = SlurmCluster(
+        name=name,
+        instance_type=this_machine(cluster, gpus_per_node),
+        capacity_type="on-demand",
+        max_nodes=node_count + 2,
+        scheduler=scheduler or SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge"),
+        slurm_version=cluster.chroot(["slurmd", "-V"]).stdout.split()[-1],
+        site=SlurmSite(
+            controller_host=CONTROLLER,
+            controller_addr=cluster.address(1),
+            gpu_device_prefix=DEVICE_PREFIX,
+        ),
+    )
+    files: dict[str, str] = dict(render_files(spec))
+    dbd_conf = files.pop("slurmdbd.conf", None) or _slurmdbd_conf_stand_in(CONTROLLER)
+    if "AccountingStorageType=" not in files["slurm.conf"]:
+        files["slurm.conf"] += _accounting_stand_in(CONTROLLER)
+    cluster.make_gpus(gpus_per_node)
+    cluster.write_key()
+    cluster.write_files(files)
+    cluster.write_hosts(CONTROLLER)
+    # The rendered HealthCheckProgram: healthy (a test drains a node itself, with a gpuforge reason).
+    health_check = cluster.root / spec.site.health_check_program.lstrip("/")
+    health_check.parent.mkdir(parents=True, exist_ok=True)
+    health_check.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
+    health_check.chmod(0o755)
+    cluster.start_database(password, timeout=timeout)
+    cluster.start_slurmdbd(CONTROLLER, dbd_conf + storage_pass(password), timeout=timeout)
+    cluster.start_controller(CONTROLLER, ready_timeout=timeout)
+    nodes = tuple(f"{cluster.tag}-gpu{number}" for number in range(1, node_count + 1))
+    registration = node_registration(spec)
+    for index, node in enumerate(nodes, start=11):
+        cluster.start_node(node, index, registration)
+    for node in nodes:
+        cluster.wait_for(
+            f"{node} idle",
+            lambda node=node: cluster.node(node).get("State") == "IDLE+DYNAMIC_NORM",
+            timeout,
+            daemon=node,
+        )
+    return AccountingCluster(cluster, spec, nodes)
+
+
+def _accounting_stand_in(host: str) -> str:
+    """slurm.conf's accounting lines (issue 22's contract) until gpuforge's renderer writes them."""
+    return (
+        "AccountingStorageType=accounting_storage/slurmdbd\n"
+        f"AccountingStorageHost={host}\n"
+        "AccountingStorageTRES=gres/gpu\n"
+        "AccountingStorageEnforce=associations,limits,qos,safe\n"
+        "JobAcctGatherType=jobacct_gather/cgroup\n"
+        "PriorityType=priority/multifactor\n"
+        "PriorityWeightQOS=10000\n"
+        "PreemptType=preempt/qos\n"
+        "PreemptMode=REQUEUE\n"
+    )
+
+
+def _slurmdbd_conf_stand_in(host: str) -> str:
+    """slurmdbd.conf without its password until gpuforge's renderer writes it."""
+    return (
+        "AuthType=auth/slurm\n"
+        f"DbdHost={host}\n"
+        "SlurmUser=slurm\n"
+        "LogFile=/var/log/slurm/slurmdbd.log\n"
+        "PidFile=/run/slurmdbd/slurmdbd.pid\n"
+        "StorageType=accounting_storage/mysql\n"
+        "StorageHost=localhost\n"
+        f"StoragePort={DB_PORT}\n"
+        f"StorageUser={DB_USER}\n"
+        f"StorageLoc={DB_NAME}\n"
+    )
 
 
 # -- one slurmctld reading a config, for tests of what Slurm makes of a rendered file -------
