@@ -163,6 +163,7 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         f"  capacity   {_capacity(capacity)}",
         f"  scheduler  {_scheduler(summary['scheduler'])}",
         f"  monitoring {_monitoring(summary['monitoring'])}",
+        f"  accounting {_accounting(summary['accounting'])}",
         f"  AMI        {ami['id']} ({ami['region']}), matrix {ami['matrix_name']} {ami['matrix_version']}",
     ]
 
@@ -178,6 +179,22 @@ def _scheduler(scheduler: Mapping[str, Any]) -> str:
     return (
         f"Slurm {scheduler['slurm_version']}, controller {scheduler['controller_instance_type']} "
         f"{scheduler['controller_host']} at {scheduler['controller_address']}; partitions {partitions}"
+    )
+
+
+def _accounting(accounting: Mapping[str, Any]) -> str:
+    """Where slurmdbd keeps Slurm's accounting (summary's `accounting`, components.cluster)."""
+    if accounting["database"] is None:
+        return "none"
+    if accounting["database"] == "local":
+        return (
+            "slurmdbd with MariaDB on the controller's encrypted state volume "
+            f"({accounting['state_volume_gib']} GiB, shared with slurmctld's state)"
+        )
+    endpoint = accounting["endpoint"] or "known after pulumi up"
+    return (
+        f"slurmdbd with Aurora MySQL Serverless v2 {accounting['engine_version']} at {endpoint} "
+        "(private subnets, TLS required, password managed by RDS in Secrets Manager)"
     )
 
 
