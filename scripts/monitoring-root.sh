@@ -1,78 +1,216 @@
 #!/usr/bin/env bash
-# Provides the real Prometheus, promtool, Alertmanager, amtool and node_exporter that the tests run:
-# Debian testing (forky) carries the pinned series (prometheus 3.5.3, prometheus-alertmanager
-# 0.33.1, prometheus-node-exporter 1.11.1; /work/shared/DESIGN.md), and their binaries run on the Debian 12 host (glibc 2.34).
-# Debian 12 ships 2.42 and 0.25, older than the series gpuforge renders for.
-# Lighter than a chroot: forky's index is read into a private apt folder, the five .deb files
-# are downloaded and unpacked with `dpkg -x`; nothing is installed on the host.
-# Usage: scripts/monitoring-root.sh [DIR]   (default .cache/monitoring-root; rebuilt only when absent)
+# Provides the real Prometheus, promtool, Alertmanager, amtool and node_exporter that the tests run,
+# at the versions the image matrices pin (images/matrices/*.yaml: prometheus, alertmanager,
+# node_exporter; every matrix that pins one must pin the same version, or this fails):
+# - prometheus and promtool: built from the Go module github.com/prometheus/prometheus at the
+#   pinned release (Debian has no 3.13: forky carries 3.5.3). `go mod download` checks the module
+#   against the Go checksum database (GOSUMDB, forced on below), the build checks every dependency
+#   against the module's own go.sum (and `go mod verify` the cached copies), and the binaries must
+#   report the pinned version. Built without the `builtinassets` tag: no web UI, which the tests do
+#   not use (the HTTP API is the same).
+# - prometheus-alertmanager, amtool and prometheus-node-exporter: Debian testing (forky)'s builds
+#   (alertmanager 0.33.1, node-exporter 1.11.1), which must be the pinned series. forky's index is
+#   read into a private apt folder, the .deb files are unpacked with `dpkg -x`; nothing is installed
+#   on the host, and forky's binaries run on the Debian 12 host (/work/shared/DESIGN.md).
+# The root is built in DIR.new and swapped in at the end, so tests keep running on the old one
+# meanwhile; it is rebuilt only when the pins change (the first line of DIR/.gpuforge-complete).
+# Go's caches live in .cache/go (a fresh CI machine fills them once; a rebuild reuses them).
+# Usage: scripts/monitoring-root.sh [DIR]   (default .cache/monitoring-root)
+#        scripts/monitoring-root.sh --pins               (the pinned versions, one "name version" a line)
+#        scripts/monitoring-root.sh --module-version V   (the Go module version of Prometheus release V)
 # The binaries land in DIR/usr/bin; tests read GPUFORGE_MONITORING_ROOT or the default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root="${1:-${GPUFORGE_MONITORING_ROOT:-.cache/monitoring-root}}"
-mirror="${GPUFORGE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-# The series tests/monitoring expects; a forky that moved past them fails here, not in a test.
-prometheus_series="3.5."
-alertmanager_series="0.33."
-node_exporter_series="1.11."
+matrices="${GPUFORGE_MATRIX_DIR:-images/matrices}"
+python=.venv/bin/python
 
-if [ -f "$root/.gpuforge-complete" ]; then
-    echo "==> monitoring test root: $root ($(cat "$root/.gpuforge-complete"))"
+# The Go module version of a Prometheus release: the server is tagged vX.Y.Z, its Go library
+# v0.Y.Z for 2.x and v0.3YY.Z for 3.x (the module's own scripts/get_module_version.sh and RELEASE.md
+# "Tag the library release"; e.g. 3.13.2 is v0.313.2, 3.5.3 v0.305.3, 2.54.1 v0.54.1). A release
+# without its library tag makes `go mod download` fail below, naming the version.
+module_version() {
+    local version="${1#v}" major minor rest
+    if ! [[ "$version" =~ ^([0-9]+)\.([0-9]+)\.([0-9]+(-[0-9A-Za-z.]+)?)$ ]]; then
+        echo "Prometheus version '$1' is not MAJOR.MINOR.PATCH[-PRERELEASE]" >&2
+        return 1
+    fi
+    major="${BASH_REMATCH[1]}" minor="${BASH_REMATCH[2]}" rest="${BASH_REMATCH[3]}"
+    if [ "$major" = 2 ]; then
+        echo "v0.$((10#$minor)).$rest"
+    elif [ "$major" = 3 ] && [ "$((10#$minor))" -lt 100 ]; then
+        echo "v0.$((300 + 10#$minor)).$rest"
+    else
+        echo "no known Go module version for Prometheus $1 (known: 2.Y.Z is v0.Y.Z, 3.Y.Z is v0.3YY.Z)" >&2
+        return 1
+    fi
+}
+
+# The pinned versions, "name version" a line; fails where the matrices disagree or none pins one.
+read_pins() {
+    if [ ! -x "$python" ]; then
+        echo "no $python: run scripts/bootstrap.sh dev first (the pins are read from $matrices with PyYAML)" >&2
+        return 1
+    fi
+    "$python" -P - "$matrices" <<'EOF'
+import sys
+from pathlib import Path
+
+import yaml
+
+folder = Path(sys.argv[1])
+files = sorted(folder.glob("*.yaml"))
+pins: list[str] = []
+failed = False
+for key in ("prometheus", "alertmanager", "node_exporter"):
+    versions: dict[str, list[str]] = {}
+    for path in files:
+        block = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get(key)
+        if isinstance(block, dict) and block.get("version"):
+            versions.setdefault(str(block["version"]), []).append(path.name)
+    if len(versions) == 1:
+        pins.append(f"{key} {next(iter(versions))}")
+        continue
+    failed = True
+    if not versions:
+        print(f"{folder}: no matrix pins {key}.version; pin it (the tests run the pinned release)", file=sys.stderr)
+    else:
+        found = "; ".join(f"{version} in {', '.join(names)}" for version, names in sorted(versions.items()))
+        print(f"{folder}: the matrices pin different {key}.version values ({found}); pin one version in every matrix", file=sys.stderr)
+if failed:
+    sys.exit(1)
+print("\n".join(pins))
+EOF
+}
+
+case "${1:-}" in
+--module-version)
+    module_version "${2:?usage: $0 --module-version VERSION}"
+    exit
+    ;;
+--pins)
+    read_pins
+    exit
+    ;;
+esac
+
+root="$(realpath -m "${1:-${GPUFORGE_MONITORING_ROOT:-.cache/monitoring-root}}")"
+mirror="${GPUFORGE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+pins="$(read_pins)"
+prometheus_pin="$(awk '$1 == "prometheus" {print $2}' <<<"$pins")"
+alertmanager_pin="$(awk '$1 == "alertmanager" {print $2}' <<<"$pins")"
+node_exporter_pin="$(awk '$1 == "node_exporter" {print $2}' <<<"$pins")"
+module="$(module_version "$prometheus_pin")"
+key="pins: prometheus $prometheus_pin, alertmanager $alertmanager_pin, node_exporter $node_exporter_pin"
+
+up_to_date() {
+    [ -f "$root/.gpuforge-complete" ] && [ "$(head -n 1 "$root/.gpuforge-complete")" = "$key" ]
+}
+if up_to_date; then
+    echo "==> monitoring test root: $root ($(tail -n +2 "$root/.gpuforge-complete" | paste -sd ';' -))"
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
     echo "==> monitoring test root: skipped (needs root, as the Slurm root does); the promtool tests will skip"
     exit 0
 fi
-echo "==> building the monitoring test root in $root (Debian forky's prometheus, promtool, alertmanager, node_exporter)"
-rm -rf "$root"
+go="$(command -v go || echo /usr/local/go/bin/go)"
+if [ ! -x "$go" ]; then
+    echo "no Go toolchain (go on PATH or /usr/local/go/bin/go): it builds Prometheus $prometheus_pin for the tests" >&2
+    exit 1
+fi
+mkdir -p "$(dirname "$root")"
+# One build at a time (two test runs may start together); the second finds the first's result.
+exec 9>"$root.lock"
+flock -w 3600 9
+if up_to_date; then
+    echo "==> monitoring test root: $root (built meanwhile)"
+    exit 0
+fi
+
+staging="$root.new"
+build="$root.build"
 apt_dir="$root.apt"
-rm -rf "$apt_dir"
-mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/debs" "$root"
+log="$root.log"
+rm -rf "$staging" "$build" "$apt_dir"
+mkdir -p "$staging/usr/bin" "$build" "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/debs"
+: >"$log"
+fail() {
+    tail -n 20 "$log" >&2
+    echo "$1 (full log: $log)" >&2
+    exit 1
+}
+
+echo "==> monitoring test root: building Prometheus $prometheus_pin (Go module github.com/prometheus/prometheus@$module) in $staging"
+# Checksum verification is forced on whatever the environment says: GOSUMDB names the public
+# database, and no GONOSUMDB/GOPRIVATE/GONOPROXY/GOINSECURE pattern or GOFLAGS entry exempts anything.
+# -buildvcs=false: the copy sits inside gpuforge's git work tree, whose revision is not Prometheus's.
+go_env=(
+    env "GOMODCACHE=$PWD/.cache/go/mod" "GOCACHE=$PWD/.cache/go/build" "GOFLAGS=-modcacherw -buildvcs=false"
+    GOSUMDB=sum.golang.org GONOSUMDB= GOPRIVATE= GONOPROXY= GOINSECURE=
+    GOWORK=off GO111MODULE=on GOTOOLCHAIN=local CGO_ENABLED=0
+)
+download="$(cd "$build" && "${go_env[@]}" "$go" mod download -json "github.com/prometheus/prometheus@$module" 2>>"$log")" ||
+    fail "go mod download github.com/prometheus/prometheus@$module failed (Prometheus $prometheus_pin; is that library tag in https://proxy.golang.org/github.com/prometheus/prometheus/@v/list ?)"
+source_dir="$("$python" -P -c 'import json, sys; print(json.load(sys.stdin)["Dir"])' <<<"$download")"
+module_sum="$("$python" -P -c 'import json, sys; print(json.load(sys.stdin)["Sum"])' <<<"$download")"
+# The module cache is shared: build in a copy (the build writes nothing there, but a copy keeps it so).
+cp -r "$source_dir" "$build/src"
+chmod -R u+w "$build/src"
+version_flags=(
+    "-X github.com/prometheus/common/version.Version=$prometheus_pin"
+    "-X github.com/prometheus/common/version.Revision=$module_sum"
+    "-X github.com/prometheus/common/version.Branch=$module"
+    "-X github.com/prometheus/common/version.BuildUser=gpuforge-monitoring-root"
+    "-X github.com/prometheus/common/version.BuildDate=$(date -u +%Y%m%d-%H:%M:%S)"
+)
+bin_dir="$(cd "$staging/usr/bin" && pwd)"
+(
+    cd "$build/src"
+    "${go_env[@]}" "$go" mod verify
+    "${go_env[@]}" "$go" build -trimpath -tags netgo -ldflags "-s -w ${version_flags[*]}" \
+        -o "$bin_dir/" ./cmd/prometheus ./cmd/promtool
+) >>"$log" 2>&1 || fail "building Prometheus $prometheus_pin failed"
+
+echo "==> monitoring test root: Debian forky's prometheus-alertmanager and prometheus-node-exporter"
 echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror forky main" >"$apt_dir/sources.list"
 apt_options=(
-    -o "Dir::Etc::SourceList=$PWD/$apt_dir/sources.list"
+    -o "Dir::Etc::SourceList=$apt_dir/sources.list"
     -o "Dir::Etc::SourceParts=/dev/null"
-    -o "Dir::State::Lists=$PWD/$apt_dir/lists"
-    -o "Dir::Cache=$PWD/$apt_dir/cache"
+    -o "Dir::State::Lists=$apt_dir/lists"
+    -o "Dir::Cache=$apt_dir/cache"
     -o "Acquire::Languages=none"
 )
-apt-get "${apt_options[@]}" update >"$root.log" 2>&1 || {
-    tail -n 20 "$root.log"
-    exit 1
-}
-(cd "$apt_dir/debs" && apt-get "${apt_options[@]}" download prometheus promtool prometheus-alertmanager prometheus-node-exporter) \
-    >>"$root.log" 2>&1 || {
-    tail -n 20 "$root.log"
-    exit 1
-}
+apt-get "${apt_options[@]}" update >>"$log" 2>&1 || fail "apt-get update (forky) failed"
+(cd "$apt_dir/debs" && apt-get "${apt_options[@]}" download prometheus-alertmanager prometheus-node-exporter) \
+    >>"$log" 2>&1 || fail "apt-get download (forky) failed"
 for deb in "$apt_dir"/debs/*.deb; do
-    dpkg -x "$deb" "$root"
+    dpkg -x "$deb" "$staging"
 done
-prometheus_version="$("$root/usr/bin/prometheus" --version 2>&1 | head -n 1)"
-alertmanager_version="$("$root/usr/bin/prometheus-alertmanager" --version 2>&1 | head -n 1)"
-node_exporter_version="$("$root/usr/bin/prometheus-node-exporter" --version 2>&1 | head -n 1)"
-case "$prometheus_version" in
-*"version $prometheus_series"*) ;;
-*)
-    echo "forky's prometheus is not the ${prometheus_series}x series: $prometheus_version" >&2
-    exit 1
-    ;;
-esac
-case "$alertmanager_version" in
-*"version $alertmanager_series"*) ;;
-*)
-    echo "forky's alertmanager is not the ${alertmanager_series}x series: $alertmanager_version" >&2
-    exit 1
-    ;;
-esac
-case "$node_exporter_version" in
-*"version $node_exporter_series"*) ;;
-*)
-    echo "forky's node_exporter is not the ${node_exporter_series}x series: $node_exporter_version" >&2
-    exit 1
-    ;;
-esac
-rm -rf "$apt_dir"
-echo "$prometheus_version; $alertmanager_version; $node_exporter_version" >"$root/.gpuforge-complete"
-echo "==> monitoring test root: $root ($(cat "$root/.gpuforge-complete"))"
+
+# Each binary must report the pinned release (Prometheus, built here) or series (the Debian builds).
+check_version() { # BINARY EXPECTED-PREFIX
+    local reported
+    reported="$("$staging/usr/bin/$1" --version 2>&1 | head -n 1)"
+    case "$reported" in
+    "$2"*) echo "$reported" ;;
+    *)
+        echo "$staging/usr/bin/$1 reports '$reported', not '$2...' (the pin in $matrices)" >&2
+        return 1
+        ;;
+    esac
+}
+reported="$(
+    check_version prometheus "prometheus, version $prometheus_pin " &&
+        check_version promtool "promtool, version $prometheus_pin " &&
+        check_version prometheus-alertmanager "alertmanager, version ${alertmanager_pin%.*}." &&
+        check_version prometheus-node-exporter "node_exporter, version ${node_exporter_pin%.*}."
+)" || exit 1
+printf '%s\n%s\n' "$key" "$reported" >"$staging/.gpuforge-complete"
+
+rm -rf "$root.old"
+if [ -d "$root" ]; then
+    mv "$root" "$root.old"
+fi
+mv "$staging" "$root"
+rm -rf "$root.old" "$build" "$apt_dir"
+echo "==> monitoring test root: $root ($(tail -n +2 "$root/.gpuforge-complete" | paste -sd ';' -))"

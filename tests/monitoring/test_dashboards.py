@@ -1,5 +1,5 @@
 """Grafana dashboards from `gpuforge monitoring render`: their structure, their one source of names,
-and every expression of every panel answered by the real Prometheus 3.5.3 (scripts/monitoring-root.sh).
+and every expression of every panel answered by the real Prometheus the matrices pin (scripts/monitoring-root.sh).
 
 The daemon test backfills series with `promtool tsdb create-blocks-from openmetrics` into the data
 folder of a Prometheus it starts on 127.0.0.1 (with the rendered rule files), waits on its

@@ -3,7 +3,7 @@ finishes, and the node agent then reports the idle node for replacement.
 
 Real parts: slurmctld and slurmd 26.05.5 (the namespace cluster of tests/scheduler/slurm_cluster.py,
 one node with two fake GPUs, gpuforge's Prolog and Epilog writing dcgm-exporter's job mapping
-files), Prometheus 3.5.3 with gpuforge's rendered alert and recording rules, Alertmanager 0.33.1
+files), the pinned Prometheus (3.13) with gpuforge's rendered alert and recording rules, Alertmanager 0.33.1
 with the rendered alertmanager.yml, gpuforge's drain receiver (in this process, its scontrol
 calls run in the controller's namespace) and the node agent's SlurmAgent.
 

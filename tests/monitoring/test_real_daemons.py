@@ -1,4 +1,4 @@
-"""The rendered files run in the real daemons: Prometheus 3.5.3 starts with prometheus.yml and
+"""The rendered files run in the real daemons: the pinned Prometheus (3.13) starts with prometheus.yml and
 prometheus.flags and loads every rule; Alertmanager 0.33.1 starts with alertmanager.yml and sends
 a drain alert to the drain receiver's address on 127.0.0.1, where a stand-in receiver (this test's
 HTTP server, so that only the routing is judged here; test_end_to_end.py runs gpuforge's own

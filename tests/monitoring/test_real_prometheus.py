@@ -1,4 +1,4 @@
-"""The rendered set, read by the real Prometheus 3.5 tools and Alertmanager 0.33 (scripts/monitoring-root.sh).
+"""The rendered set, read by the real Prometheus 3.13 tools and Alertmanager 0.33 (scripts/monitoring-root.sh).
 
 For every shipped stack with monitoring: `promtool check config` (which also checks the rule
 files it names), `promtool check rules`, `amtool check-config`, and every flag in
