@@ -5,7 +5,7 @@ slurmdbd keeps an event per node state change with its reason (gpuforge's drains
 (overlapping events of one node counted once) and the jobs those nodes interrupted.
 
 The file form is sacctmgr's `--parsable2` table with its header line, read by column name:
-`TZ=UTC sacctmgr --parsable2 show event Event=Node Start=T End=T format=NodeName,TimeStart,TimeEnd,State,Reason`.
+`TZ=UTC sacctmgr --parsable2 show event Event=Node Start=T End=T format=NodeName,Start,End,State,Reason`.
 Times are the controller's local time as sacctmgr prints them, so the file must be captured with TZ=UTC
 (gpuforge runs it so itself).
 """
@@ -26,12 +26,14 @@ from gpuforge.loading import MAX_DATA_BYTES, read_text
 from gpuforge.usage.sacct import Job
 from gpuforge.usage.window import Window
 
+# sacctmgr's format names (Start, End) and the header it prints for them (TimeStart, TimeEnd).
+FORMAT = "NodeName,Start,End,State,Reason"
 COLUMNS = ("NodeName", "TimeStart", "TimeEnd", "State", "Reason")
 LOST_STATES = ("DOWN", "DRAIN", "FAIL")  # a state naming any of these took the node from jobs
 OPEN_END = "Unknown"  # sacctmgr's TimeEnd of an event still open
 FIX = (
     "pass the output of `TZ=UTC sacctmgr --parsable2 show event Event=Node Start=T End=T "
-    f"format={','.join(COLUMNS)}` run on the controller, unedited"
+    f"format={FORMAT}` run on the controller, unedited"
 )
 SACCTMGR_TIMEOUT_S = 120
 
@@ -103,7 +105,7 @@ def run_sacctmgr(window: Window) -> list[NodeEvent]:
     command = [
         sacctmgr, "--parsable2", "show", "event", "Event=Node",
         f"Start={window.since.strftime(stamp)}", f"End={window.until.strftime(stamp)}",
-        f"format={','.join(COLUMNS)}",
+        f"format={FORMAT}",
     ]  # fmt: skip
     try:
         done = subprocess.run(
