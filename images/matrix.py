@@ -77,6 +77,17 @@ class SourceTarball(_Strict):
     url: str
 
 
+class DistroPackages(_Strict):
+    """Packages from the image OS's own archive, all of one source package at one exact version.
+
+    `version` is the Debian version as apt takes it (`apt-get install <package>=<version>`), epoch
+    included; `source` says which archive index it was read from, and when.
+    """
+
+    version: str = Field(pattern=r"^(?:[0-9]+:)?[0-9][A-Za-z0-9.+~-]*$")
+    source: str = Field(min_length=1)
+
+
 # The monitoring daemons' matrix keys (issue 21's contract names), in install order.
 MONITORING_KEYS = ("node_exporter", "prometheus", "alertmanager")
 
@@ -127,6 +138,10 @@ class Matrix(_Strict):
     # Alertmanager only where the controller's user data writes their configuration. Optional because a
     # matrix without a scheduler has no controller to run them; the rule monitoring.pinned warns where a
     # matrix pins Slurm (whose clusters monitor by default) and leaves one out.
+    # Optional beside Slurm (the rule slurm.mariadb-required): MariaDB's server, client and client library
+    # from the OS's archive (source package mariadb-10.6 on Ubuntu 22.04). slurmdbd's accounting_storage/mysql
+    # plugin is built against libmariadb-dev, and the controller runs the server for `accounting.database: local`.
+    mariadb: DistroPackages | None = None
     node_exporter: SourceTarball | None = None
     prometheus: SourceTarball | None = None
     alertmanager: SourceTarball | None = None

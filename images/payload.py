@@ -125,6 +125,7 @@ def matrix_values(matrix: Matrix, digest: str) -> dict[str, str]:
         "GPUFORGE_CONTAINER_TOOLKIT": matrix.container_toolkit,
         "GPUFORGE_DCGM": matrix.dcgm,
         "GPUFORGE_DCGM_EXPORTER": matrix.dcgm_exporter,
+        "GPUFORGE_MARIADB": matrix.mariadb.version if matrix.mariadb else "",
         # DCGM's package follows the CUDA major the driver reports, not the toolkit's (rule dcgm.cuda-build).
         "GPUFORGE_DCGM_CUDA_MAJOR": str(driver_cuda_major(nvidia.driver, compat()) or ""),
     }

@@ -891,6 +891,36 @@ def rule_slurm_pmix_pair(matrix: Matrix, data: Compat) -> Iterator[Finding]:
         )
 
 
+# Slurm builds accounting_storage/mysql only where configure finds a MySQL or MariaDB client library
+# (SchedMD's accounting page: "To enable this database support one only needs to have the development
+# package for the database they wish to use on the system", https://slurm.schedmd.com/accounting.html).
+ACCOUNTING_SOURCE = "https://slurm.schedmd.com/accounting.html"
+
+
+def rule_slurm_mariadb_pair(matrix: Matrix, data: Compat) -> Iterator[Finding]:
+    """Slurm and MariaDB come as a pair: slurmdbd stores accounting through a plugin built against the pinned
+    client library, and the controller's local database is the pinned server; one without the other lies."""
+    if matrix.slurm is not None and matrix.mariadb is None:
+        yield Finding(
+            "slurm.mariadb-required",
+            ERROR,
+            "mariadb",
+            f"the matrix pins Slurm {matrix.slurm.version} and no MariaDB; slurmdbd's accounting_storage/mysql "
+            "plugin is built against the pinned libmariadb-dev, and the controller runs the pinned server. "
+            "Fix: add mariadb: {version, source} with the exact version of the OS archive's mariadb packages.",
+            ACCOUNTING_SOURCE,
+        )
+    if matrix.mariadb is not None and matrix.slurm is None:
+        yield Finding(
+            "slurm.mariadb-required",
+            ERROR,
+            "mariadb",
+            f"the matrix pins MariaDB {matrix.mariadb.version} and no Slurm; the image installs MariaDB only for "
+            "slurmdbd. Fix: add slurm: {version, sha256, url}, or remove mariadb.",
+            SCHEMA_SOURCE,
+        )
+
+
 def rule_slurm_url_version(matrix: Matrix, data: Compat) -> Iterator[Finding]:
     """The Slurm tarball's address names the pinned release: a version bumped without its URL (or the
     reverse) builds one Slurm and records another, and the sha256 alone cannot say which is meant."""
@@ -1145,6 +1175,7 @@ RULES: tuple[Rule, ...] = (
     rule_dcgm_cuda_build,
     rule_url,
     rule_slurm_pmix_pair,
+    rule_slurm_mariadb_pair,
     rule_slurm_url_version,
     rule_slurm_series,
     rule_slurm_pmix,

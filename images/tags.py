@@ -38,6 +38,7 @@ def component_versions(matrix: Matrix) -> dict[str, str]:
         "container-toolkit": matrix.container_toolkit,
         "dcgm": matrix.dcgm,
         "dcgm-exporter": matrix.dcgm_exporter,
+        "mariadb": matrix.mariadb.version if matrix.mariadb else None,
         **{key.replace("_", "-"): pin.version for key, pin in matrix.downloads},
     }
     return {name: version for name, version in pins.items() if version is not None}

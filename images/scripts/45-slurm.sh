@@ -3,8 +3,10 @@
 # Slurm and the PMIx it is built against, from source at the matrix's exact versions: both tarballs are
 # checked against the matrix's sha256 before anything is built. PMIx goes to /opt/pmix; Slurm to /usr
 # with its configuration in /etc/slurm, the mpi/pmix plugin built against that PMIx and the gpu/nvml
-# plugin against the pinned CUDA's NVML. Slurm's own systemd units for slurmctld and slurmd are
-# installed and left disabled: the instance's user data enables the one its role needs.
+# plugin against the pinned CUDA's NVML and slurmdbd's accounting_storage/mysql plugin against the pinned
+# MariaDB client library. MariaDB's server and client come from the OS archive at the matrix's exact version
+# (the controller's local accounting database). Slurm's own systemd units for slurmctld, slurmdbd and slurmd,
+# and MariaDB's, are installed and left disabled: the instance's user data enables the ones its role needs.
 #
 # A matrix without a `slurm` block builds an image without a scheduler: this step then does nothing.
 set -euo pipefail
@@ -18,6 +20,8 @@ if [[ -z "$GPUFORGE_SLURM" ]]; then
 fi
 [[ -n "$GPUFORGE_PMIX" ]] ||
     die "pmix: the matrix pins Slurm $GPUFORGE_SLURM but no PMIx (gpuforge matrix check refuses this matrix)"
+[[ -n "$GPUFORGE_MARIADB" ]] ||
+    die "mariadb: the matrix pins Slurm $GPUFORGE_SLURM but no MariaDB (gpuforge matrix check refuses this matrix)"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -33,6 +37,15 @@ download_checked "$GPUFORGE_SLURM_URL" "$GPUFORGE_SLURM_SHA256" "$work/slurm.tar
 apt-get install "${APT_OPTIONS[@]}" --no-install-recommends build-essential pkg-config \
     libevent-dev libhwloc-dev zlib1g-dev libdbus-1-dev libjson-c-dev libyaml-dev liblz4-dev libnuma-dev \
     libpam0g-dev
+
+# MariaDB from the OS archive (Ubuntu 22.04: source package mariadb-10.6, universe), every package of it at the
+# matrix's exact version: apt refuses a version its index does not hold, so a stale pin stops the build here.
+# policy-rc.d keeps the server's postinst from starting it in the build; the user data starts it on the controller.
+mariadb_packages=(mariadb-server mariadb-server-10.6 mariadb-server-core-10.6 mariadb-client mariadb-client-10.6
+    mariadb-client-core-10.6 mariadb-common libmariadb3 libmariadb-dev)
+printf '#!/bin/sh\nexit 101\n' | install -m 0755 /dev/stdin /usr/sbin/policy-rc.d
+apt-get install "${APT_OPTIONS[@]}" --no-install-recommends "${mariadb_packages[@]/%/=$GPUFORGE_MARIADB}"
+rm -f /usr/sbin/policy-rc.d
 
 # PMIx into its own prefix: it also builds libpmi/libpmi2, which must not collide with Slurm's in /usr.
 mkdir "$work/pmix"
@@ -60,8 +73,12 @@ tar -xzf "$work/slurm.tar.gz" -C "$work/slurm" --strip-components=1
     make -j "$(nproc)"
     make install
     # configure writes the units from etc/*.service.in with the paths above.
-    install -m 0644 etc/slurmctld.service etc/slurmd.service /usr/lib/systemd/system/
+    install -m 0644 etc/slurmctld.service etc/slurmdbd.service etc/slurmd.service /usr/lib/systemd/system/
 )
+# configure builds accounting_storage/mysql only where it finds the MySQL/MariaDB client library, and goes on
+# without it otherwise (https://slurm.schedmd.com/accounting.html): slurmdbd would then store nothing.
+[[ -f /usr/lib/slurm/accounting_storage_mysql.so ]] ||
+    die "slurm: accounting_storage/mysql was not built (configure found no libmariadb-dev); slurmdbd needs it"
 ldconfig
 
 # The controller runs as SlurmUser=slurm; slurmd runs as root.
@@ -71,7 +88,8 @@ fi
 install -d -m 0755 /etc/slurm /var/spool/slurmd
 install -d -m 0755 -o slurm -g slurm /var/spool/slurmctld /var/log/slurm
 
-# Installed, never enabled here: the user data enables slurmctld on the controller, slurmd on a node.
+# Installed, never enabled here: the user data enables slurmctld, slurmdbd and (accounting.database: local)
+# MariaDB on the controller, slurmd on a node.
 systemctl daemon-reload
-systemctl disable slurmctld.service slurmd.service >/dev/null 2>&1 || true
-log "slurm: $(/usr/sbin/slurmd -V) with PMIx $GPUFORGE_PMIX in $GPUFORGE_PMIX_PREFIX"
+systemctl disable slurmctld.service slurmdbd.service slurmd.service mariadb.service >/dev/null 2>&1 || true
+log "slurm: $(/usr/sbin/slurmd -V) with PMIx $GPUFORGE_PMIX in $GPUFORGE_PMIX_PREFIX, MariaDB $GPUFORGE_MARIADB"

@@ -37,6 +37,11 @@ for unit in "$GPUFORGE_PAYLOAD"/files/*; do
         install -m 0644 "$unit" "/etc/systemd/system/$(basename "$unit")"
         systemctl enable "$(basename "$unit")"
         ;;
+    */slurmdbd-*.conf)
+        # A drop-in for slurmdbd.service: slurmdbd-gpuforge.conf -> gpuforge.conf (only the controller runs it).
+        name="$(basename "$unit")"
+        install -D -m 0644 "$unit" "/etc/systemd/system/slurmdbd.service.d/${name#slurmdbd-}"
+        ;;
     */slurmd-*.conf)
         # A drop-in for slurmd.service, named by what it adds: slurmd-gpuforge.conf -> gpuforge.conf.
         name="$(basename "$unit")"
@@ -47,7 +52,7 @@ for unit in "$GPUFORGE_PAYLOAD"/files/*; do
         name="$(basename "$unit")"
         install -D -m 0644 "$unit" "/etc/systemd/system/nvidia-dcgm-exporter.service.d/${name#nvidia-dcgm-exporter-}"
         ;;
-    *) die "files: $(basename "$unit") is not a systemd unit or drop-in; this step installs *.service, *.timer, slurmd-*.conf and nvidia-dcgm-exporter-*.conf files" ;;
+    *) die "files: $(basename "$unit") is not a systemd unit or drop-in; this step installs *.service, *.timer, slurmd-*.conf, slurmdbd-*.conf and nvidia-dcgm-exporter-*.conf files" ;;
     esac
 done
 

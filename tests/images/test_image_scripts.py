@@ -424,7 +424,7 @@ def _slurm_step(payload: Path, tmp_path: Path) -> tuple[subprocess.CompletedProc
 
 def test_slurm_step_is_skipped_cleanly_when_the_matrix_has_no_slurm(tmp_path: Path) -> None:
     data = load_matrix_data()
-    del data["slurm"], data["pmix"]
+    del data["slurm"], data["pmix"], data["mariadb"]
     matrix, digest = load_valid(write_matrix(tmp_path, data))
     payload = render(matrix, digest, RenderOptions(region="us-east-1", imds=False), tmp_path / "out").payload
     done, calls = _slurm_step(payload, tmp_path)
@@ -452,5 +452,5 @@ def test_slurm_step_checks_both_tarballs_before_it_builds_and_leaves_the_units_d
     assert max(checks) < text.index("apt-get install") < text.index("./configure")
     assert '--with-pmix="$GPUFORGE_PMIX_PREFIX"' in text and '--with-nvml="$GPUFORGE_CUDA_HOME"' in text
     assert "--sysconfdir=/etc/slurm" in text
-    assert "etc/slurmctld.service etc/slurmd.service" in text
+    assert "etc/slurmctld.service etc/slurmdbd.service etc/slurmd.service" in text
     assert "systemctl enable" not in text

@@ -62,7 +62,7 @@ def test_tags_carry_identity_and_every_pinned_component(matrix_path: Path) -> No
 
 def test_a_matrix_without_slurm_carries_no_slurm_or_pmix_tag(tmp_path: Path) -> None:
     data = load_matrix_data()
-    del data["slurm"], data["pmix"], data["nccl_tests"]
+    del data["slurm"], data["pmix"], data["mariadb"], data["nccl_tests"]
     matrix, digest = load_valid(write_matrix(tmp_path, data))
     tags = ami_tags(matrix, digest)
     assert "gpuforge:slurm" not in tags and "gpuforge:pmix" not in tags and "gpuforge:nccl-tests" not in tags

@@ -336,7 +336,7 @@ def test_a_matrix_without_slurm_skips_the_slurm_checks_and_leaves_it_out_of_the_
     tmp_path: Path,
 ) -> None:
     data = load_matrix_data()
-    del data["slurm"], data["pmix"]
+    del data["slurm"], data["pmix"], data["mariadb"]
     matrix, digest = load_valid(write_matrix(tmp_path, data))
     payload = render(matrix, digest, RenderOptions(region="us-east-1", imds=False), tmp_path / "out").payload
     node = copy.deepcopy(_recording())

@@ -79,7 +79,7 @@ def test_a_matrix_with_slurm_and_without_a_monitoring_pin_warns(h100: dict[str, 
 
 
 def test_a_matrix_without_slurm_needs_no_monitoring_pins(h100: dict[str, Any]) -> None:
-    for block in ("slurm", "pmix", *KEYS):
+    for block in ("slurm", "pmix", "mariadb", *KEYS):
         del h100[block]
     assert findings(h100) == []
 

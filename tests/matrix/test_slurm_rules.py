@@ -48,7 +48,7 @@ def test_an_unknown_key_in_the_slurm_block_is_an_error(h100: dict[str, Any]) -> 
 
 
 def test_a_matrix_without_slurm_and_pmix_passes(h100: dict[str, Any]) -> None:
-    del h100["slurm"], h100["pmix"]
+    del h100["slurm"], h100["pmix"], h100["mariadb"]
     assert findings(h100) == []
 
 
@@ -165,7 +165,7 @@ def test_slurm_without_pmix_fails(h100: dict[str, Any]) -> None:
 
 
 def test_pmix_without_slurm_fails(h100: dict[str, Any]) -> None:
-    del h100["slurm"]
+    del h100["slurm"], h100["mariadb"]
     assert rules(h100) == {"slurm.pmix-required"}
 
 
