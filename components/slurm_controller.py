@@ -76,7 +76,30 @@ SUBNET_SOURCE = "https://docs.aws.amazon.com/vpc/latest/userguide/subnet-sizing.
 # Source: https://slurm.schedmd.com/authentication.html#slurm
 KEY_BYTES = 1024
 STATE_DEVICE = "/dev/sdf"
+# The state volume holds slurmctld's state and, with `accounting.database: local`, MariaDB's data. Its size is
+# checked against a year of accounting on a busy cluster (`state_volume_needed_gib`, tests/components):
+# - accounting: 2075 bytes a job in the job and step tables (data + index), measured by
+#   scripts/bench_accounting_size.py with Slurm 26.05.5 and MariaDB 11.8 (the forky test root), 300 jobs of one
+#   GPU with the batch, extern and one srun step each: 601 bytes in job_table and 1475 in step_table a job;
+# - SIZING_JOBS_PER_DAY a day for SIZING_DAYS days: 14.1 GiB;
+# - slurmctld's own state: the jobs it still tracks (at most MaxJobCount, 10000 by default, slurm.conf(5)), each
+#   a few KiB of state and batch script: well under SLURMCTLD_STATE_GIB;
+# - MariaDB's own files before any job (system tables, InnoDB's redo log of innodb_log_file_size, 96 MiB by
+#   default in 10.6, undo tablespaces): MARIADB_BASE_GIB.
+# The volume can be grown in place (EBS ModifyVolume; the user data grows the file system at boot, xfs_growfs).
 STATE_VOLUME_GIB = 20
+ACCOUNTING_BYTES_PER_JOB = 2075
+SIZING_JOBS_PER_DAY = 20_000
+SIZING_DAYS = 365
+SLURMCTLD_STATE_GIB = 1.0
+MARIADB_BASE_GIB = 1.0
+
+
+def state_volume_needed_gib(jobs_per_day: int = SIZING_JOBS_PER_DAY, days: int = SIZING_DAYS) -> float:
+    """GiB the state volume needs for slurmctld's state and `days` of local accounting at `jobs_per_day`."""
+    return SLURMCTLD_STATE_GIB + MARIADB_BASE_GIB + ACCOUNTING_BYTES_PER_JOB * jobs_per_day * days / 1024**3
+
+
 # The controller boots the cluster's GPU image, whose root snapshot is images/disk.ROOT_VOLUME_GIB:
 # a smaller root volume fails to launch (EBS: a volume from a snapshot is at least the snapshot's size).
 ROOT_VOLUME_GIB = IMAGE_ROOT_VOLUME_GIB

@@ -413,6 +413,8 @@ mount_state() {
     fi
     mkdir -p "$STATE_DIR"
     mount "$STATE_DIR"
+    # A volume grown in place (a larger STATE_VOLUME_GIB) gets its new space at the next boot.
+    xfs_growfs "$STATE_DIR" >/dev/null
     chown "$SLURM_USER:$SLURM_USER" "$STATE_DIR"
     chmod 0700 "$STATE_DIR"
 }

@@ -180,3 +180,17 @@ def test_aurora_in_an_existing_vpc_is_refused_before_any_resource(mocks: Gpuforg
     assert "scheduler.accounting.database" in message and "two Availability Zones" in message
     assert "Fix: use accounting.database: local" in message
     assert mocks.resources == ()
+
+
+def test_the_state_volume_holds_slurmctld_and_a_year_of_a_busy_cluster_s_accounting() -> None:
+    needed = slurm_controller.state_volume_needed_gib()
+    assert 16 < needed <= slurm_controller.STATE_VOLUME_GIB  # 1 + 1 + 14.1 GiB at 20,000 jobs a day
+    # Twice that rate would not fit: the figure is a real bound, not a formality.
+    assert slurm_controller.state_volume_needed_gib(jobs_per_day=40_000) > slurm_controller.STATE_VOLUME_GIB
+
+
+def test_the_state_file_system_grows_with_its_volume(mocks: GpuforgeMocks) -> None:
+    deploy("local")
+    script = controller_script(mocks)
+    mount = script[script.index("mount_state() {") :]
+    assert mount.index('mount "$STATE_DIR"') < mount.index('xfs_growfs "$STATE_DIR"') < mount.index("\n}\n")
