@@ -100,6 +100,11 @@ MARIADB_CNF = "/etc/mysql/mariadb.conf.d/90-gpuforge.cnf"
 MARIADB_DROP_IN = "/etc/systemd/system/mariadb.service.d/mariadb-gpuforge.conf"
 # slurmdbd's database (StorageLoc's default, slurmdbd.conf(5)) and the local user it connects as.
 ACCOUNTING_DATABASE_NAME = "slurm_acct_db"
+# Aurora requires TLS (require_secure_transport=ON), and its server certificates chain to Amazon RDS's own CAs,
+# which no OS trust store holds (https://docs.aws.amazon.com/AmazonRDS/latest/AuroraUserGuide/UsingWithRDS.SSL.html:
+# the certificate bundles at truststore.pki.rds.amazonaws.com). slurmdbd verifies the server with this bundle
+# (slurmdbd.conf StorageParameters=SSL_CA=..., slurmdbd.conf(5) of Slurm 26.05); the image must carry it.
+RDS_CA_BUNDLE = "/etc/gpuforge/rds-ca-bundle.pem"
 LOCAL_STORAGE_USER = "slurm"
 # XFS label of slurmctld's state volume (at most 12 characters, xfs_admin(8)).
 STATE_LABEL = "slurmctld"
@@ -459,12 +464,15 @@ write_slurmdbd_conf() {
     tmp="$(mktemp "$SLURMDBD_CONF.XXXXXX")"
     for attempt in 1 2 3 4 5; do
         if "$GPUFORGE_PYTHON" - "$SLURMDBD_TEMPLATE" "$tmp" "$STORAGE_HOST" "$STORAGE_PORT" "$STORAGE_USER" \
-            "$ACCOUNTING_SECRET" <<'PYTHON'
+            "$ACCOUNTING_SECRET" "$STORAGE_TLS_CA" <<'PYTHON'
 import json
+import os
 import re
 import sys
 
-template, target, host, port, user, secret = sys.argv[1:7]
+template, target, host, port, user, secret, tls_ca = sys.argv[1:8]
+if tls_ca and not os.path.isfile(tls_ca):
+    sys.exit(f"{tls_ca} is missing: slurmdbd cannot verify the database's TLS certificate without it")
 if secret.startswith("arn:"):
     import boto3
 
@@ -478,10 +486,14 @@ if not password or re.search(r'[\s"\x00-\x1f\x7f]', password):
     sys.exit("the database password is empty or holds a character slurmdbd.conf cannot carry")
 escaped = password.replace("\\", "\\\\").replace("#", "\\#")
 with open(template, encoding="utf-8") as source:
-    kept = [line for line in source if not re.match(r"\s*Storage(Host|Port|User|Pass)\s*=", line, re.I)]
+    kept = [
+        line for line in source if not re.match(r"\s*Storage(Host|Port|User|Pass|Parameters)\s*=", line, re.I)
+    ]
 with open(target, "w", encoding="utf-8") as out:
     out.writelines(kept)
     out.write(f"StorageHost={host}\nStoragePort={port}\nStorageUser={user}\nStoragePass={escaped}\n")
+    if tls_ca:
+        out.write(f"StorageParameters=SSL_CA={tls_ca}\n")
 PYTHON
         then
             chown "$SLURM_USER:$SLURM_USER" "$tmp"
@@ -582,6 +594,8 @@ def _accounting(accounting: Accounting, state_dir: str) -> tuple[dict[str, str],
         "ACCOUNTING_SECRET": (
             f"{state_dir}/{ACCOUNTING_PASSWORD_NAME}" if local else str(accounting.secret_arn)
         ),
+        # TLS to Aurora, verified against RDS's CAs; the local MariaDB is reached on this host only.
+        "STORAGE_TLS_CA": "" if local else RDS_CA_BUNDLE,
     }
     sections = [_SLURMDBD_CONF]
     steps = ["step write_slurmdbd_conf", "step start_slurmdbd"]

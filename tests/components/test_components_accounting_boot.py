@@ -92,6 +92,8 @@ def test_the_rendered_slurmdbd_conf_is_kept_aside_and_never_written_world_readab
 
 def test_aurora_reads_the_rds_secret_and_runs_no_local_database() -> None:
     script = render_controller(AURORA)
+    assert "readonly STORAGE_TLS_CA=/etc/gpuforge/rds-ca-bundle.pem\n" in script
+    assert "readonly STORAGE_TLS_CA=''\n" in render_controller(LOCAL)
     assert f"readonly ACCOUNTING_SECRET='{DB_SECRET}'\n" in script
     assert f"readonly STORAGE_HOST={ENDPOINT}\n" in script
     assert "setup_mariadb" not in script and "mariadb" not in script.lower().replace("slurmdbd", "")
@@ -119,12 +121,18 @@ def test_no_accounting_means_no_slurmdbd_and_a_rendered_slurmdbd_conf_needs_a_da
 
 
 def _write(
-    script: str, tmp_path: Path, secret: str, env: dict[str, str] | None = None, user: str = "slurm"
+    script: str,
+    tmp_path: Path,
+    secret: str,
+    env: dict[str, str] | None = None,
+    user: str = "slurm",
+    tls_ca: str = "",
 ) -> subprocess.CompletedProcess[str]:
     template = tmp_path / "slurmdbd.conf.rendered"
     template.write_text(RENDERED_DBD)
+    target = str(tmp_path / "slurmdbd.conf")
     return subprocess.run(
-        [sys.executable, "-", str(template), str(tmp_path / "slurmdbd.conf"), ENDPOINT, "3306", user, secret],
+        [sys.executable, "-", str(template), target, ENDPOINT, "3306", user, secret, tls_ca],
         input=_writer(script),
         capture_output=True,
         text=True,
@@ -184,11 +192,21 @@ def test_aurora_user_and_password_come_from_the_rds_secret(tmp_path: Path, moto_
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
     }
-    done = _write(render_controller(AURORA), tmp_path, arn, env, user="ignored-for-aurora")
+    bundle = tmp_path / "rds-ca-bundle.pem"
+    missing = _write(
+        render_controller(AURORA), tmp_path, arn, env, user="ignored-for-aurora", tls_ca=str(bundle)
+    )
+    assert missing.returncode != 0 and "cannot verify the database's TLS certificate" in missing.stderr
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    done = _write(
+        render_controller(AURORA), tmp_path, arn, env, user="ignored-for-aurora", tls_ca=str(bundle)
+    )
     assert done.returncode == 0, done.stderr
     storage = _storage(tmp_path / "slurmdbd.conf")
     assert storage["StorageUser"] == "slurmdbd" and storage["StoragePass"] == "Rds-Generated\\#1"
     assert storage["StorageHost"] == ENDPOINT
+    # TLS verified against RDS's CAs (Aurora refuses plain connections: require_secure_transport=ON).
+    assert storage["StorageParameters"] == f"SSL_CA={bundle}"
 
 
 def test_the_written_file_mode_is_set_by_the_script_not_left_to_umask() -> None:
