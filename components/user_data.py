@@ -551,6 +551,11 @@ UNIT
     systemctl enable mariadb.service
     systemctl restart mariadb.service
     password="$(<"$ACCOUNTING_SECRET")"
+    # token_urlsafe's alphabet only: the value goes into an SQL string literal, where \ and ' are special.
+    if [[ ! "$password" =~ ^[A-Za-z0-9_-]{32,}$ ]]; then
+        log "$ACCOUNTING_SECRET does not hold a password this script made (32 or more of A-Z a-z 0-9 _ -)"
+        return 1
+    fi
     mariadb --protocol=socket <<SQL
 CREATE DATABASE IF NOT EXISTS $STORAGE_LOC;
 CREATE USER IF NOT EXISTS '$STORAGE_USER'@'localhost' IDENTIFIED BY '$password';

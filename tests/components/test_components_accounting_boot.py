@@ -215,3 +215,28 @@ def test_the_written_file_mode_is_set_by_the_script_not_left_to_umask() -> None:
     # mktemp makes the file 0600 before any byte of the password is written into it.
     assert body.index('tmp="$(mktemp "$SLURMDBD_CONF.XXXXXX")"') < body.index("<<'PYTHON'")
     assert re.search(r'mv -f "\$tmp" "\$SLURMDBD_CONF"', body)
+
+
+@pytest.mark.parametrize(
+    ("password", "accepted"),
+    [
+        ("Zq3-xY_9" * 5, True),
+        ("short-1", False),
+        ("a'b" * 12, False),
+        ("a\\b" * 12, False),
+        ("a b" * 12, False),
+    ],
+)
+def test_setup_mariadb_only_feeds_sql_a_password_it_made(password: str, accepted: bool) -> None:
+    """The password goes into an SQL string literal, where ' and \\ are special: only token_urlsafe's alphabet."""
+    script = render_controller(LOCAL)
+    body = script[script.index("setup_mariadb() {") :]
+    guard = body[
+        body.index('    if [[ ! "$password" =~') : body.index(
+            "    fi\n", body.index('if [[ ! "$password" =~')
+        )
+        + 7
+    ]
+    check = f'log() {{ :; }}\nACCOUNTING_SECRET=x\nf() {{\n    password="$1"\n{guard}    return 0\n}}\nf "$PASSWORD"\n'
+    done = subprocess.run(["bash", "-c", check], env={"PASSWORD": password}, check=False)
+    assert (done.returncode == 0) is accepted
