@@ -9,7 +9,8 @@ job (label `hpc_job`, the Slurm job id) the GPU-seconds of that minute it held
 Idle: a minute in which the job's GPUs were active on average less than IDLE_SM_ACTIVE of their SM
 cycles (useful < IDLE_SM_ACTIVE x held) counts all the job's held GPU-seconds of that minute as idle.
 The threshold is the GpuforgeGpuHeldIdle alert's (SM_ACTIVE < 5%), so the report and the alert agree
-on what idle means. It is counted with a subquery at one-minute steps, the rules' interval.
+on what idle means. It is counted with a subquery at one-minute steps, the rules' interval, each step
+taking only a sample of its own minute.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ HELD = "gpuforge_job:gpu_seconds_held:1m"
 USEFUL = "gpuforge_job:gpu_seconds_useful:1m"
 LABEL = "hpc_job"
 IDLE_SM_ACTIVE = 0.05  # the GpuforgeGpuHeldIdle alert's SM_ACTIVE threshold
+RULE_INTERVAL_S = 60  # the recording rules' interval (monitoring_alerts.yaml `recording.interval`)
 TIMEOUT_S = 60
 
 
@@ -43,7 +45,11 @@ class JobMetrics:
 def queries(window: Window) -> dict[str, str]:
     """The three PromQL queries, each evaluated at the window's end over its length."""
     span = f"{window.seconds}s"
-    idle_minutes = f"{HELD} and on({LABEL}) ({USEFUL} < on({LABEL}) {IDLE_SM_ACTIVE} * {HELD})"
+    idle = f"{HELD} and on({LABEL}) ({USEFUL} < on({LABEL}) {IDLE_SM_ACTIVE} * {HELD})"
+    # Only a sample of the step's own minute: the subquery's look-back (5 minutes) would otherwise
+    # count a job's last sample again at each later step when no staleness marker follows it
+    # (a restarted Prometheus, a missed evaluation, backfilled history).
+    idle_minutes = f"({idle}) and on({LABEL}) (time() - timestamp({HELD}) < {RULE_INTERVAL_S})"
     return {
         "held": f"sum by ({LABEL}) (sum_over_time({HELD}[{span}]))",
         "useful": f"sum by ({LABEL}) (sum_over_time({USEFUL}[{span}]))",

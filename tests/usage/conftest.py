@@ -52,6 +52,7 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def prometheus_with_history(openmetrics: str, folder: Path) -> Iterator[str]:
     """A Prometheus on 127.0.0.1 whose TSDB holds `openmetrics` (backfilled); yields its URL."""
+    folder.mkdir(parents=True, exist_ok=True)
     history = folder / "history.om"
     history.write_text(openmetrics, encoding="utf-8")
     data = folder / "data"

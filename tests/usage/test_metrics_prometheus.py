@@ -3,10 +3,10 @@ series of the metrics layer's per-job recording rules for two jobs.
 
 The history is what the rules (gpuforge/data/monitoring_alerts.yaml, `recording`, every minute) record:
 per job and minute, held = 60 x its GPUs and useful = 60 x the sum of its GPUs' SM_ACTIVE.
-Job 101 holds 8 GPUs for 60 minutes at SM_ACTIVE 0.5, but minutes 20-29 at 0.01 (idle);
-job 102 holds 4 GPUs for 30 minutes at 0.9. Backfilled series carry no staleness markers (a rule's
-series gets one when it stops), so each job's last minute is busy and the subquery's five-minute
-look-back past it counts nothing idle.
+Job 101 holds 8 GPUs for 60 minutes at SM_ACTIVE 0.5, but minutes 20-29 and its last minute at
+0.01 (idle); job 102 holds 4 GPUs for 30 minutes at 0.9. Backfilled series carry no staleness markers
+(a rule's series gets one when it stops), so the idle query's look-back past job 101's last, idle
+minute must not count that minute again.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from conftest import prometheus_with_history
 
 from gpuforge.errors import InputError
 from gpuforge.monitoring.rules import load_rules
-from gpuforge.usage.metrics import HELD, USEFUL, job_metrics
+from gpuforge.usage.metrics import HELD, RULE_INTERVAL_S, USEFUL, job_metrics
 from gpuforge.usage.window import Window
 
 
@@ -28,7 +28,7 @@ def _history(start: int) -> str:
     lines = [f"# TYPE {HELD} gauge", f"# TYPE {USEFUL} gauge"]
     held_lines, useful_lines = [], []
     for job, gpus, minutes, busy, idle_minutes in (
-        ("101", 8, 60, 0.5, range(20, 30)),
+        ("101", 8, 60, 0.5, [*range(20, 30), 59]),
         ("102", 4, 30, 0.9, range(0)),
     ):
         for minute in range(minutes):
@@ -41,8 +41,9 @@ def _history(start: int) -> str:
 
 
 def test_the_queried_series_are_the_metrics_layers_recording_rules() -> None:
-    recorded = {rule.record for rule in load_rules().recording}
-    assert {HELD, USEFUL} <= recorded
+    rules = load_rules()
+    assert {HELD, USEFUL} <= {rule.record for rule in rules.recording}
+    assert rules.recording_interval == f"{RULE_INTERVAL_S // 60}m"
 
 
 @pytest.mark.slow
@@ -55,8 +56,8 @@ def test_useful_and_idle_from_the_real_prometheus(tmp_path: Path) -> None:
         early = job_metrics(url, Window(window.since, datetime.fromtimestamp(start + 60 * 40 - 1, UTC)))
     assert set(found) == {"101", "102"}
     assert found["101"].held_s == pytest.approx(60 * 480)
-    assert found["101"].useful_s == pytest.approx(50 * 240 + 10 * 4.8)
-    assert found["101"].idle_s == pytest.approx(10 * 480)
+    assert found["101"].useful_s == pytest.approx(49 * 240 + 11 * 4.8)
+    assert found["101"].idle_s == pytest.approx(11 * 480)
     assert found["102"].held_s == pytest.approx(30 * 240)
     assert found["102"].useful_s == pytest.approx(30 * 216)
     assert found["102"].idle_s == 0

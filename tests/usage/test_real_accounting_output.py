@@ -1,0 +1,209 @@
+"""`gpuforge usage` on real Slurm 26.05.5 accounting output (tests/fixtures/accounting, README there:
+six GPU jobs of two teams, one preempted and requeued, one cancelled, one ended by NODE_FAIL; node
+events: a DOWN and two drains with gpuforge reasons, the last still open).
+
+Every expected figure is read from sacct's own `--parsable2` table of the same jobs (sacct.txt:
+ElapsedRaw x gres/gpu in AllocTRES), not from the JSON the report parses.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import time
+import xml.etree.ElementTree as ET
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import StackMaker, prometheus_with_history
+
+from gpuforge.cli import main
+from gpuforge.usage.metrics import HELD, USEFUL
+from gpuforge.usage.sacct import read_sacct
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "accounting"
+SINCE, UNTIL = "2026-12-04T15:54:00Z", "2026-12-04T15:56:00Z"
+
+
+def _table() -> list[dict[str, str]]:
+    lines = (FIXTURES / "sacct.txt").read_text(encoding="utf-8").splitlines()
+    header = lines[0].split("|")
+    return [dict(zip(header, line.split("|"), strict=True)) for line in lines[1:]]
+
+
+def _gpu_seconds(row: dict[str, str]) -> int:
+    found = re.search(r"gres/gpu=(\d+)", row["AllocTRES"])
+    return int(row["ElapsedRaw"]) * (int(found.group(1)) if found else 0)
+
+
+def _usage(capsys: pytest.CaptureFixture[str], stack: Path, *flags: str | Path) -> dict[str, Any]:
+    code = main(["usage", str(stack), "--stack", "test", "--json", *(str(flag) for flag in flags)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    report: dict[str, Any] = json.loads(out)
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _no_aws(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def test_the_json_parses_to_what_sacct_prints_in_its_table() -> None:
+    jobs = read_sacct(FIXTURES / "sacct-duplicates.json")
+    table = _table()
+    assert len(jobs) == len(table) == 6
+    for job, row in zip(jobs, table, strict=True):
+        assert (job.job_id, job.user, job.account, job.partition, job.nodes) == (
+            row["JobID"],
+            row["User"],
+            row["Account"],
+            row["Partition"],
+            row["NodeList"],
+        )
+        assert row["State"].startswith(job.state)  # "CANCELLED by 0" in the table
+        assert job.elapsed_s == int(row["ElapsedRaw"])
+        assert job.start is not None and job.start.strftime("%Y-%m-%dT%H:%M:%S") == row["Start"]
+        assert job.end is not None and job.end.strftime("%Y-%m-%dT%H:%M:%S") == row["End"]
+        assert job.gpus * job.elapsed_s == _gpu_seconds(row)
+
+
+def test_the_report_matches_sacct_per_job_and_per_team(
+    capsys: pytest.CaptureFixture[str], make_stack: StackMaker
+) -> None:
+    stack = make_stack()
+    window = ("--since", SINCE, "--until", UNTIL, "--sacct-json", FIXTURES / "sacct-duplicates.json")
+    per_job = _usage(capsys, stack, *window, "--by", "job")
+    assert {group["name"]: group["gpu_seconds_held"] for group in per_job["groups"]} == {
+        row["JobID"]: _gpu_seconds(row) for row in _table()
+    }
+    per_team = _usage(capsys, stack, *window, "--by", "team")
+    expected: dict[str, int] = {}
+    for row in _table():
+        expected[row["Account"]] = expected.get(row["Account"], 0) + _gpu_seconds(row)
+    assert (
+        {group["name"]: group["gpu_seconds_held"] for group in per_team["groups"]}
+        == expected
+        == {"llm": 31, "vision": 12}
+    )
+    assert per_team["total"]["gpu_seconds_held"] == 43
+    assert per_team["total"]["cost_usd"] == round(43 / 3600 * 55.04 / 8, 2)
+    users = _usage(capsys, stack, *window, "--by", "user")
+    assert {group["name"] for group in users["groups"]} == {"alice", "bob", "carol"}
+
+
+def test_a_window_cuts_runs_at_its_edges(capsys: pytest.CaptureFixture[str], make_stack: StackMaker) -> None:
+    report = _usage(
+        capsys,
+        make_stack(),
+        "--since",
+        SINCE,
+        "--until",
+        "2026-12-04T15:55:06Z",
+        "--by",
+        "job",
+        "--sacct-json",
+        FIXTURES / "sacct.json",
+    )
+    # Jobs 1 (2 GPUs, 15:54:58-15:55:04) and 2 (1 GPU, -15:55:02) whole; job 3 (2 GPUs from 15:55:04) for 2 s.
+    assert {group["name"]: group["gpu_seconds_held"] for group in report["groups"]} == {
+        "1": 12,
+        "2": 4,
+        "3": 4,
+    }
+
+
+def test_failures_from_the_real_event_history(
+    capsys: pytest.CaptureFixture[str], make_stack: StackMaker
+) -> None:
+    report = _usage(
+        capsys,
+        make_stack(),
+        *("--since", SINCE, "--until", UNTIL),
+        *("--sacct-json", FIXTURES / "sacct-duplicates.json", "--events", FIXTURES / "events.txt"),
+    )
+    failures = report["failures"]
+    assert failures["events"] == 3  # the DOWN and the two drains; the cluster's own event is not a node's
+    # gpu1 DOWN for 0 s; gpu2 drained 15:55:22-15:55:25, then from 15:55:27 to the window's end (still open).
+    assert round(failures["node_hours_lost"] * 3600) == 3 + 33
+    assert failures["interrupted_jobs"] == [
+        "6"
+    ]  # NODE_FAIL; the cancelled and preempted jobs ended before any event
+
+
+def test_a_fixture_with_a_field_removed_or_mistyped_names_it(
+    capsys: pytest.CaptureFixture[str], make_stack: StackMaker, tmp_path: Path
+) -> None:
+    real = json.loads((FIXTURES / "sacct.json").read_text(encoding="utf-8"))
+    for change, expected in (
+        (lambda doc: doc["jobs"][2].pop("tres"), r"jobs\[2\]\.tres is missing"),
+        (
+            lambda doc: doc["jobs"][0]["time"].update(elapsed="6"),
+            r"jobs\[0\]\.time\.elapsed = '6': a whole number",
+        ),
+        (
+            lambda doc: doc["jobs"][4]["tres"].update(allocated={}),
+            r"jobs\[4\]\.tres\.allocated = \{\}: a list",
+        ),
+    ):
+        document = copy.deepcopy(real)
+        change(document)
+        path = tmp_path / "sacct.json"
+        path.write_text(json.dumps(document), encoding="utf-8")
+        code = main(["usage", str(make_stack()), "--stack", "test", "--sacct-json", str(path)])
+        err = capsys.readouterr().err
+        assert code == 2
+        assert str(path) in err and re.search(expected, err), err
+
+
+def _history() -> str:
+    """The recording rules' samples for the minute 15:55:00, when jobs 1 (2 GPUs) and 2 (1 GPU) ran:
+    job 1 at SM_ACTIVE 0.6, job 2 idle at 0.01. No series for the vision team's jobs."""
+    at = int(datetime(2026, 12, 4, 15, 55, tzinfo=UTC).timestamp())
+    return "\n".join(
+        [
+            f"# TYPE {HELD} gauge",
+            f'{HELD}{{hpc_job="1"}} 120 {at}',
+            f'{HELD}{{hpc_job="2"}} 60 {at}',
+            f"# TYPE {USEFUL} gauge",
+            f'{USEFUL}{{hpc_job="1"}} 72 {at}',
+            f'{USEFUL}{{hpc_job="2"}} 0.6 {at}',
+            "# EOF",
+            "",
+        ]
+    )
+
+
+@pytest.mark.slow
+def test_useful_idle_and_the_plot_through_the_cli(
+    capsys: pytest.CaptureFixture[str], make_stack: StackMaker, tmp_path: Path
+) -> None:
+    assert time.time() > datetime(2026, 12, 4, 15, 56, tzinfo=UTC).timestamp()  # the history is in the past
+    plot = tmp_path / "usage.svg"
+    with prometheus_with_history(_history(), tmp_path / "prometheus") as url:
+        report = _usage(
+            capsys,
+            make_stack(),
+            *("--since", SINCE, "--until", UNTIL, "--sacct-json", FIXTURES / "sacct-duplicates.json"),
+            *("--prometheus", url, "--plot", plot),
+        )
+    teams = {group["name"]: group for group in report["groups"]}
+    assert teams["llm"]["metrics"] == "prometheus"
+    assert teams["llm"]["useful_fraction"] == round((72 + 0.6) / 180, 4)
+    assert teams["llm"]["gpu_hours_idle"] == round(60 / 3600, 4)  # job 2's minute
+    assert teams["vision"]["metrics"] == "no metrics" and teams["vision"]["useful_fraction"] is None
+    assert report["metrics"]["source"] == f"Prometheus {url}"
+    bars = {
+        bar.attrib["data-team"]: {
+            rect.attrib["data-series"] for rect in bar.iter("{http://www.w3.org/2000/svg}rect")
+        }
+        for bar in ET.parse(plot).getroot().iter("{http://www.w3.org/2000/svg}g")
+    }
+    assert bars == {"llm": {"useful", "idle held", "other held"}, "vision": {"held (no metrics)"}}
