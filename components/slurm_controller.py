@@ -33,6 +33,12 @@ Prometheus and Alertmanager files and enables both (and the drain receiver with 
 the role may describe instances (Prometheus's EC2 discovery), and the nodes' group takes
 dcgm-exporter's and node_exporter's ports from the controller's group, and nothing else new.
 
+Accounting (`accounting_database`): slurmdbd runs on the controller and starts before slurmctld. With `local`
+(the default) its MariaDB keeps its data and its password on the state volume (components.user_data.Accounting);
+with `aurora` an AccountingDatabase (components.accounting_db) is made after the controller's group, which alone
+may reach it on 3306, and the role may read the one secret RDS keeps its password in. Neither password is ever
+in Pulumi's state or the user data. STATE_VOLUME_GIB is sized for slurmctld plus a year of local accounting.
+
 The instance is tagged `gpuforge:role = slurm-controller`, which the policy pack reads
 (`slurm-controller-cpu`).
 """

@@ -35,7 +35,9 @@ does not run it twice). A failed step does not stop the later ones: the health
 check still runs and reports the node, and the script exits non-zero.
 
 `render_controller` is the Slurm controller's script (see `ControllerParams`); the
-two share the step runner and the key fetch. The key never appears in either script:
+two share the step runner and the key fetch. With `Accounting` it also runs slurmdbd: the
+local MariaDB on the state volume (`setup_mariadb`) or Aurora's RDS-managed secret, then
+slurmdbd.conf written 0600 for SlurmUser (`write_slurmdbd_conf`), slurmdbd before slurmctld. The key never appears in either script:
 each fetches it at boot with the instance role, which may read that one secret.
 """
 
