@@ -207,3 +207,51 @@ def test_useful_idle_and_the_plot_through_the_cli(
         for bar in ET.parse(plot).getroot().iter("{http://www.w3.org/2000/svg}g")
     }
     assert bars == {"llm": {"useful", "idle held", "other held"}, "vision": {"held (no metrics)"}}
+
+
+def test_a_capacity_block_costs_its_fee_over_its_hours_and_shows_what_nobody_used(
+    capsys: pytest.CaptureFixture[str], make_stack: StackMaker
+) -> None:
+    block = {
+        "type": "capacity-block",
+        "reservationId": "cr-0a1b2c3d4e5f60718",
+        "start": "2026-12-04T11:30:00Z",
+        "end": "2026-12-05T11:30:00Z",
+    }
+    stack = make_stack(**{"gpuforge:capacity": block})  # 2 x p5.48xlarge: 16 GPUs for 24 h
+    flags = ("--since", SINCE, "--until", UNTIL, "--sacct-json", FIXTURES / "sacct-duplicates.json")
+    unpriced = _usage(capsys, stack, *flags)
+    assert unpriced["price"]["usd_per_gpu_hour"] is None
+    assert unpriced["price"]["source"].startswith("no price: a Capacity Block is paid by its upfront fee")
+    assert unpriced["total"]["cost_usd"] is None
+    report = _usage(capsys, stack, *flags, "--capacity-block-fee", "12000")
+    rate = 12000 / (24 * 2 * 8)
+    assert report["price"]["usd_per_gpu_hour"] == round(rate, 6)
+    assert report["total"]["cost_usd"] == round(43 / 3600 * rate, 2)
+    reserved = report["reserved"]
+    assert reserved["capacity_type"] == "capacity-block"
+    assert (reserved["since"], reserved["until"]) == (
+        "2026-12-04T15:54:00+00:00",
+        "2026-12-04T15:56:00+00:00",
+    )
+    assert reserved["gpu_hours_reserved"] == round(16 * 120 / 3600, 4)
+    assert reserved["gpu_hours_unused"] == round((16 * 120 - 43) / 3600, 4)
+    assert reserved["cost_usd_unused"] == round((16 * 120 - 43) / 3600 * rate, 2)
+
+
+def test_an_odcr_is_reserved_for_the_whole_window_at_the_on_demand_rate(
+    capsys: pytest.CaptureFixture[str], make_stack: StackMaker
+) -> None:
+    stack = make_stack(
+        **{"gpuforge:capacity": {"type": "reservation", "reservationId": "cr-09f8e7d6c5b4a3921"}}
+    )
+    report = _usage(
+        capsys, stack, "--since", SINCE, "--until", UNTIL, "--sacct-json", FIXTURES / "sacct-duplicates.json"
+    )
+    reserved = report["reserved"]
+    assert reserved["capacity_type"] == "reservation"
+    assert reserved["note"].endswith(
+        "the stack names no dates, so it is taken as active for the whole window"
+    )
+    assert reserved["gpu_hours_unused"] == round((16 * 120 - 43) / 3600, 4)
+    assert reserved["cost_usd_unused"] == round((16 * 120 - 43) / 3600 * 55.04 / 8, 2)
