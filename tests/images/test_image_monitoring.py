@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import re
 import shutil
 import subprocess
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 from image_helpers import MATRICES, REPO, base_path, load_matrix_data, write_matrix
+from monitoring_tools import tool
 from systemd_units import DCGM_EXPORTER_UNIT, read_unit, systemd_root, verify
 
 from gpuforge import hardware
@@ -40,18 +40,6 @@ BINARIES = {
     "alertmanager": ["alertmanager", "amtool"],
 }
 USERS = {"node_exporter": "node-exporter", "prometheus": "prometheus", "alertmanager": "alertmanager"}
-MONITORING_ROOT = REPO / ".cache/monitoring-root/usr/bin"
-NODE_EXPORTER = MONITORING_ROOT / "prometheus-node-exporter"
-
-
-def _tool(path: Path) -> Path:
-    """A binary of the monitoring test root: skipped where it cannot be built (not root), a failure
-    where it can (scripts/test.sh builds it first as root, so CI never skips these silently)."""
-    if path.is_file():
-        return path
-    if os.geteuid() != 0:
-        pytest.skip(f"no {path}; scripts/monitoring-root.sh builds it (needs root)")
-    pytest.fail(f"no {path}: run scripts/monitoring-root.sh (scripts/test.sh does) and run again")
 
 
 def _lib_value(name: str) -> str:
@@ -282,7 +270,7 @@ def test_systemd_accepts_the_units(tmp_path: Path) -> None:
     assert done.returncode != 0 and "no-such-prometheus" in done.stderr
 
 
-# --- the flags, read by the real binaries (Debian forky's builds, as tests/monitoring uses) -------
+# --- the flags, read by the real binaries of the monitoring test root (tests/monitoring_tools.py) ---
 
 
 def _parses(binary: Path, arguments: list[str]) -> subprocess.CompletedProcess[str]:
@@ -297,7 +285,7 @@ def _exec_start(unit: str) -> list[str]:
 
 
 def test_the_real_prometheus_reads_the_units_flags_and_the_rendered_flags_file(tmp_path: Path) -> None:
-    prometheus = _tool(MONITORING_ROOT / "prometheus")
+    prometheus = tool("prometheus")
     from gpuforge.monitoring.cli import render_set
 
     _, files = render_set(load_stack_config(REPO / "stacks/training", "p5-prod"))
@@ -309,17 +297,19 @@ def test_the_real_prometheus_reads_the_units_flags_and_the_rendered_flags_file(t
     ]
     done = _parses(prometheus, arguments)
     assert done.returncode == 0, done.stderr
-    assert "prometheus, version 3.5." in done.stdout + done.stderr
+    matrix, _ = load_valid(MATRICES / "p5-h100-cuda12.yaml")  # the matrices agree (monitoring-root.sh)
+    assert matrix.prometheus is not None
+    assert (done.stdout + done.stderr).startswith(f"prometheus, version {matrix.prometheus.version} (")
     flags.write_text(files["prometheus.flags"] + "--no.such.flag=1\n")  # the file is read, not skipped
     refused = _parses(prometheus, arguments)
     assert "unknown long flag '--no.such.flag'" in refused.stderr
 
 
 def test_the_real_alertmanager_and_node_exporter_take_the_units_flags() -> None:
-    alertmanager = _tool(MONITORING_ROOT / "prometheus-alertmanager")
+    alertmanager = tool("prometheus-alertmanager")
     for binary, unit in (
         (alertmanager, "gpuforge-alertmanager.service"),
-        (_tool(NODE_EXPORTER), "gpuforge-node-exporter.service"),
+        (tool("prometheus-node-exporter"), "gpuforge-node-exporter.service"),
     ):
         done = _parses(binary, _exec_start(unit))
         assert done.returncode == 0 and ", version " in done.stdout + done.stderr, (unit, done.stderr)

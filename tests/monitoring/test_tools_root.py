@@ -63,6 +63,19 @@ def test_the_roots_alertmanager_and_node_exporter_are_the_pinned_series() -> Non
         assert _first_line(tool(binary)).startswith(f"{name}, version {series}."), binary
 
 
+def test_the_tools_come_from_gpuforge_monitoring_root_when_it_is_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stand_in = tmp_path / "usr" / "bin" / "promtool"
+    stand_in.parent.mkdir(parents=True)
+    stand_in.write_text("#!/bin/sh\n")
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("GPUFORGE_MONITORING_ROOT", str(tmp_path))
+    assert tool("promtool") == stand_in
+    monkeypatch.delenv("GPUFORGE_MONITORING_ROOT")
+    assert tool("promtool") == REPO / ".cache" / "monitoring-root" / "usr" / "bin" / "promtool"
+
+
 def test_the_script_takes_its_pins_from_the_matrices() -> None:
     done = _script("--pins")
     assert done.returncode == 0, done.stderr

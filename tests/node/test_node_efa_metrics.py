@@ -11,15 +11,14 @@ tests/fixtures/node/efa-devices-p5.txt and the GPU layout tests/fixtures/node/to
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import pytest
 import yaml
+from monitoring_tools import tool
 from node_scenarios import fixture
 
 from gpuforge.node.efa_metrics import KERNEL_PORT_COUNTERS, collect, layout_from_topology, load_layout
@@ -173,14 +172,9 @@ def test_without_nvidia_smi_devices_are_unlabelled_and_retried(tmp_path: Path) -
 
 
 def test_promtool_accepts_the_file(tmp_path: Path) -> None:
-    """The real promtool 3.5 (scripts/monitoring-root.sh) lints the written file clean."""
-    promtool = (
-        Path(os.environ.get("GPUFORGE_MONITORING_ROOT", REPO / ".cache/monitoring-root")) / "usr/bin/promtool"
-    )
-    if not promtool.is_file():
-        if os.geteuid() != 0:
-            pytest.skip(f"no promtool at {promtool}; scripts/monitoring-root.sh builds it (needs root)")
-        pytest.fail(f"no promtool at {promtool}: run scripts/monitoring-root.sh and run again")
+    """The real promtool of the pinned release (the monitoring test root, tests/monitoring_tools.py)
+    lints the written file clean."""
+    promtool = tool("promtool")
     infiniband = fake_sysfs(tmp_path, P5_DEVICES)
     text = collect(
         infiniband, tmp_path / "map", tmp_path / "layout.json", Topo("p5-h100.txt"), lambda _: None
