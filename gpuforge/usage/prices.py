@@ -140,6 +140,7 @@ def price(instance_type: str, region: str, *, client: Any | None) -> tuple[Price
 def pricing_client() -> Any | None:
     """A Price List client from the standard credential chain, or None when there are no credentials."""
     import boto3
+    from botocore.config import Config
     from botocore.exceptions import ProfileNotFound
 
     from gpuforge.errors import unknown_aws_profile
@@ -150,4 +151,6 @@ def pricing_client() -> Any | None:
         raise unknown_aws_profile(error) from None
     if session.get_credentials() is None:
         return None
-    return session.client("pricing", region_name=PRICING_REGION)
+    # Short timeouts: without an answer the report falls back to the table rather than wait minutes.
+    config = Config(connect_timeout=5, read_timeout=15, retries={"mode": "standard", "max_attempts": 3})
+    return session.client("pricing", region_name=PRICING_REGION, config=config)

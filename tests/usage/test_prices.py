@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 import boto3
+import pytest
 from botocore.stub import Stubber
 
 from gpuforge import hardware
@@ -185,3 +186,20 @@ def test_a_purchased_capacity_block_carries_no_fee_in_botocores_model() -> None:
     assert "UpfrontFee" in model.shape_for("CapacityBlockOffering").members
     assert "UpfrontFee" not in model.shape_for("CapacityBlock").members
     assert "UpfrontFee" not in model.shape_for("CapacityReservation").members
+
+
+def test_credentials_give_a_price_list_client_in_us_east_1_and_none_without(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    assert prices.pricing_client() is None
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    client = prices.pricing_client()
+    assert client is not None
+    assert client.meta.service_model.service_name == "pricing"
+    assert client.meta.region_name == "us-east-1"
