@@ -89,6 +89,9 @@ class GpuCluster(pulumi.ComponentResource):
         slurm = spec.scheduler.type == "slurm"
         if slurm:
             slurm_controller.check(spec.name, spec.scheduler, slurm_version)
+            slurm_controller.check_accounting(
+                _accounting_database(spec), None if spec.network.existing else spec.network.vpc_cidr
+            )
         elif monitoring is not None:
             raise InputError(
                 f"GpuCluster {name!r}: monitoring runs Prometheus and Alertmanager on the Slurm controller, and "

@@ -250,13 +250,13 @@ class SlurmControllerArgs:
     vpc_cidr: str | None = None
 
 
-def check_accounting(args: SlurmControllerArgs) -> None:
+def check_accounting(database: str, vpc_cidr: str | None) -> None:
     """Refuse an Aurora database the network cannot hold, before any resource exists.
 
     Aurora's DB subnet group needs private subnets in two Availability Zones; gpuforge adds the second one to a
     VPC it made (components.accounting_db). An existing VPC's second subnet is not a config field yet.
     """
-    if args.accounting_database == "aurora" and args.vpc_cidr is None:
+    if database == "aurora" and vpc_cidr is None:
         raise invalid(
             "scheduler.accounting.database",
             "aurora",
@@ -292,7 +292,7 @@ class SlurmController(pulumi.ComponentResource):
         controller_type = args.scheduler.controller_instance_type
         assert controller_type is not None  # SchedulerSpec requires it with type slurm
         cluster_rules.check_tags(args.tags)
-        check_accounting(args)
+        check_accounting(args.accounting_database, args.vpc_cidr)
         super().__init__(TOKEN, name, None, opts)
         self._name = name
         self._child = pulumi.ResourceOptions(parent=self)

@@ -194,3 +194,81 @@ def test_the_state_file_system_grows_with_its_volume(mocks: GpuforgeMocks) -> No
     script = controller_script(mocks)
     mount = script[script.index("mount_state() {") :]
     assert mount.index('mount "$STATE_DIR"') < mount.index('xfs_growfs "$STATE_DIR"') < mount.index("\n}\n")
+
+
+# -- the whole cluster ----------------------------------------------------------------------------------
+
+
+def _aurora_scheduler() -> SchedulerSpec:
+    """SchedulerSpec with `accounting.database: aurora`: a stand-in until SchedulerSpec.accounting (issue 22's
+    scheduler config) lands; GpuCluster reads exactly that attribute."""
+    scheduler = SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge")
+    if not hasattr(scheduler, "accounting"):
+        object.__setattr__(scheduler, "accounting", type("AccountingStandIn", (), {"database": "aurora"})())
+    return scheduler
+
+
+def _cluster(spec: Any) -> dict[str, Any]:
+    from components_helpers import NOW
+
+    from gpuforge.components import GpuCluster
+
+    def build() -> pulumi.Output[Any]:
+        return GpuCluster("demo", spec, now=NOW, slurm_version="26.05.5").summary
+
+    summary: dict[str, Any] = run(build)
+    return summary
+
+
+def test_a_cluster_with_aurora_makes_it_in_its_vpc_and_says_so(mocks: GpuforgeMocks) -> None:
+    from components_helpers import cluster_spec
+
+    summary = _cluster(cluster_spec(scheduler=_aurora_scheduler()))
+    (cluster,) = mocks.of_type(RDS_CLUSTER)
+    assert summary["accounting"] == {
+        "database": "aurora",
+        "engine_version": "8.0.mysql_aurora.3.10.0",
+        "endpoint": cluster.outputs["endpoint"],
+        "state_volume_gib": 20,
+    }
+    (vpc,) = mocks.of_type("aws:ec2/vpc:Vpc")
+    (database_subnet,) = [
+        s for s in mocks.of_type("aws:ec2/subnet:Subnet") if s.name == "demo-slurm-accounting-subnet"
+    ]
+    assert (
+        database_subnet.inputs["vpcId"] == vpc.id and database_subnet.inputs["cidrBlock"] == "10.0.255.0/24"
+    )
+    assert f"readonly STORAGE_HOST={cluster.outputs['endpoint']}\n" in controller_script(mocks)
+
+
+def test_a_cluster_keeps_local_accounting_by_default(mocks: GpuforgeMocks) -> None:
+    from components_helpers import cluster_spec
+
+    summary = _cluster(cluster_spec(scheduler=SLURM))
+    assert summary["accounting"]["database"] == "local"
+    assert [r for r in mocks.resources if r.type.startswith("aws:rds/")] == []
+
+
+def test_a_cluster_without_slurm_has_no_accounting(mocks: GpuforgeMocks) -> None:
+    from components_helpers import cluster_spec
+
+    summary = _cluster(cluster_spec())
+    assert summary["accounting"] == {
+        "database": None,
+        "engine_version": None,
+        "endpoint": None,
+        "state_volume_gib": None,
+    }
+
+
+def test_aurora_in_an_existing_vpc_leaves_no_resource_behind(mocks: GpuforgeMocks) -> None:
+    from components_helpers import cluster_spec
+
+    from gpuforge.components import NetworkSpec
+
+    existing = NetworkSpec(
+        vpc_id="vpc-0123456789abcdef0", subnet_id="subnet-0123456789abcdef0", api_access="existing"
+    )
+    with pytest.raises(InputError, match="two Availability Zones"):
+        _cluster(cluster_spec(scheduler=_aurora_scheduler(), network=existing))
+    assert mocks.resources == ()
