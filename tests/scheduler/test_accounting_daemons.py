@@ -1,0 +1,224 @@
+"""Slurm accounting on a real database: MariaDB, slurmdbd, slurmctld and two GPU nodes.
+
+What is proved with the real daemons of the Slurm test root (tests/scheduler/slurm_cluster.py,
+`start_accounting_cluster`): jobs with known GPU counts and durations are in `sacct` with
+`gres/gpu` in their allocated TRES; a research job is requeued, not killed, when a production
+job needs its GPUs; a team at its GPU quota (GrpTRES=gres/gpu=N) pends with Slurm's own reason;
+a job of a user or account Slurm does not know is refused (AccountingStorageEnforce); a node
+drained with a `gpuforge:` reason is in the event history the MTBF is read from.
+
+One cluster serves the module; each test ends with its jobs gone and the nodes idle. The
+database password holds the characters Slurm's config parser treats specially ('#', a
+backslash, quotes), so slurmdbd connecting at all proves the StoragePass escaping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from slurm_cluster import (
+    DEFAULT_ROOT,
+    REPO,
+    AccountingCluster,
+    SlurmTestCluster,
+    open_cluster,
+    start_accounting_cluster,
+    unavailable_reason,
+)
+
+ROOT = Path(os.environ.get("GPUFORGE_SLURM_ROOT", DEFAULT_ROOT))
+_SKIP = unavailable_reason(ROOT)
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
+
+PASSWORD = "test#only\\pw'\"x"
+# Teams as the stack config names them: llm may use both QOS (production first, its default),
+# vision only research, with a quota of one GPU. mallory is a Unix user with no association.
+TEAMS = {"llm": (("alice", "bob"), 4, ("production", "research")), "vision": (("carol",), 1, ("research",))}
+UNKNOWN_USER = "mallory"
+FINAL = ("COMPLETED", "CANCELLED", "FAILED", "PREEMPTED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY")
+
+
+def _set_up_teams(cluster: SlurmTestCluster) -> None:
+    """QOS, accounts with their GPU quota, and users, with sacctmgr (the state `gpuforge scheduler
+    sync-accounts` applies)."""
+    cluster.add_users(*(user for users, _, _ in TEAMS.values() for user in users), UNKNOWN_USER)
+    cluster.client(["sacctmgr", "--immediate", "add", "qos", "research", "priority=100"])
+    cluster.client(
+        ["sacctmgr", "--immediate", "add", "qos", "production", "priority=1000", "preempt=research"]
+    )
+    for team, (users, quota, qos) in TEAMS.items():
+        cluster.client(
+            [
+                "sacctmgr",
+                "--immediate",
+                "add",
+                "account",
+                team,
+                "organization=gpuforge",
+                f"grptres=gres/gpu={quota}",
+                f"qos={','.join(qos)}",
+                f"defaultqos={qos[0]}",
+            ]
+        )
+        for user in users:
+            cluster.client(["sacctmgr", "--immediate", "add", "user", user, f"account={team}"])
+
+
+@pytest.fixture(scope="module")
+def acct(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AccountingCluster]:
+    with open_cluster(tmp_path_factory.mktemp("accounting"), ROOT, REPO / "gpuforge") as cluster:
+        started = start_accounting_cluster(cluster, name="gfacctt", password=PASSWORD)
+        _set_up_teams(cluster)
+        yield started
+
+
+def _submit(cluster: SlurmTestCluster, user: str, *args: str) -> str:
+    done = cluster.client_as(user, ["sbatch", "--parsable", "--chdir=/tmp", *args])
+    return done.stdout.strip().split(";")[0]
+
+
+def _state(cluster: SlurmTestCluster, job: str) -> str:
+    return cluster.job(job).get("JobState", "")
+
+
+def _sacct(cluster: SlurmTestCluster, *jobs: str) -> dict[str, list[dict[str, Any]]]:
+    """`sacct --json --duplicates` of `jobs`: each job's records (one per run of a requeued job), by job id."""
+    done = cluster.client(["sacct", "--json", "--allusers", "--duplicates", "--jobs", ",".join(jobs)])
+    records: dict[str, list[dict[str, Any]]] = {}
+    for record in json.loads(done.stdout)["jobs"]:
+        records.setdefault(str(record["job_id"]), []).append(record)
+    return records
+
+
+def _states(cluster: SlurmTestCluster, job: str) -> list[str]:
+    return [record["state"]["current"][0] for record in _sacct(cluster, job).get(job, [])]
+
+
+def _in_sacct_finished(cluster: SlurmTestCluster, *jobs: str) -> bool:
+    shown = _sacct(cluster, *jobs)
+    return all(job in shown and shown[job][-1]["state"]["current"][0] in FINAL for job in jobs)
+
+
+def _gpus(record: dict[str, Any]) -> int:
+    return sum(
+        tres["count"]
+        for tres in record["tres"]["allocated"]
+        if (tres["type"], tres["name"]) == ("gres", "gpu")
+    )
+
+
+def _all_idle(acct: AccountingCluster) -> None:
+    """Cancel what is left and wait for every node idle: the next test starts from an empty cluster."""
+    cluster = acct.cluster
+    cluster.client(["scancel", "--full", "--user=root"], check=False)
+    for user in ("alice", "bob", "carol"):
+        cluster.client(["scancel", f"--user={user}"], check=False)
+    for node in acct.nodes:
+        cluster.wait_for(
+            f"{node} idle", lambda node=node: cluster.node(node).get("State") == "IDLE+DYNAMIC_NORM", 60
+        )
+
+
+def test_gpu_jobs_are_in_sacct_with_their_gpus_and_durations(acct: AccountingCluster) -> None:
+    cluster = acct.cluster
+    two = _submit(cluster, "alice", "--gres=gpu:2", "-w", acct.nodes[0], "--wrap", "sleep 4")
+    one = _submit(cluster, "bob", "--gres=gpu:1", "-w", acct.nodes[1], "--wrap", "sleep 2")
+    cluster.wait_for("both jobs finished in sacct", lambda: _in_sacct_finished(cluster, two, one), 60)
+    shown = _sacct(cluster, two, one)
+    for job, user, gpus, seconds in ((two, "alice", 2, 4), (one, "bob", 1, 2)):
+        (record,) = shown[job]
+        assert (record["user"], record["account"], record["qos"]) == (user, "llm", "production")
+        assert record["state"]["current"] == ["COMPLETED"]
+        assert _gpus(record) == gpus, record["tres"]["allocated"]
+        times = record["time"]
+        assert times["elapsed"] == times["end"] - times["start"]
+        # Slurm counts whole seconds from the batch step's start to its end: the sleep, and the
+        # prolog, epilog and step launch around it (one or two seconds on a busy machine).
+        assert seconds <= times["elapsed"] <= seconds + 5, times
+    text = cluster.client(
+        ["sacct", "--noheader", "--parsable2", "--allocations", "--jobs", two, "--format=AllocTRES"]
+    )
+    assert "gres/gpu=2" in text.stdout.split(","), text.stdout
+    _all_idle(acct)
+
+
+def test_a_research_job_is_requeued_when_a_production_job_needs_its_gpus(acct: AccountingCluster) -> None:
+    cluster = acct.cluster
+    node = acct.nodes[1]
+    research = _submit(cluster, "bob", "--qos=research", "--gres=gpu:2", "-w", node, "--wrap", "sleep 300")
+    cluster.wait_for("the research job running", lambda: _state(cluster, research) == "RUNNING", 60)
+    production = _submit(
+        cluster, "alice", "--qos=production", "--gres=gpu:2", "-w", node, "--wrap", "sleep 300"
+    )
+    cluster.wait_for("the production job running", lambda: _state(cluster, production) == "RUNNING", 60)
+    requeued = cluster.job(research)
+    # Requeued, not killed: pending again (Slurm holds a requeued job back a while: BeginTime)
+    # with one restart, and its first run recorded as PREEMPTED.
+    assert (requeued["JobState"], requeued["Reason"], requeued["Restarts"]) == (
+        "PENDING",
+        "BeginTime",
+        "1",
+    ), requeued
+    cluster.wait_for("the preempted run in sacct", lambda: "PREEMPTED" in _states(cluster, research), 30)
+    preempted, again = _sacct(cluster, research)[research]
+    assert (preempted["state"]["current"], again["state"]["current"]) == (["PREEMPTED"], ["PENDING"])
+    record = preempted
+    assert (record["qos"], _gpus(record)) == ("research", 2)
+    _all_idle(acct)
+
+
+def test_a_team_at_its_gpu_quota_pends_with_slurms_reason(acct: AccountingCluster) -> None:
+    cluster = acct.cluster
+    running = _submit(cluster, "carol", "--gres=gpu:1", "--wrap", "sleep 300")
+    cluster.wait_for("vision's first job running", lambda: _state(cluster, running) == "RUNNING", 60)
+    over = _submit(cluster, "carol", "--gres=gpu:1", "--wrap", "sleep 300")
+    cluster.wait_for("the job over quota judged", lambda: cluster.job(over).get("Reason") != "None", 30)
+    waiting = cluster.job(over)
+    # Three GPUs are free, but vision's GrpTRES=gres/gpu=1 is used up.
+    assert (waiting["JobState"], waiting["Reason"]) == ("PENDING", "AssocGrpGRES"), waiting
+    _all_idle(acct)
+
+
+def test_jobs_of_unknown_users_and_accounts_are_refused(acct: AccountingCluster) -> None:
+    cluster = acct.cluster
+    refusal = "Batch job submission failed: Invalid account or account/partition combination specified"
+    for user, args in ((UNKNOWN_USER, ()), ("alice", ("--account=nosuchteam",))):
+        done = cluster.client_as(user, ["sbatch", "--chdir=/tmp", *args, "--wrap", "true"], check=False)
+        assert done.returncode != 0 and refusal in done.stderr, (user, done)
+    assert cluster.client(["squeue", "--noheader", "--all"]).stdout == ""
+
+
+def _events(cluster: SlurmTestCluster, node: str) -> list[dict[str, str]]:
+    fields = "NodeName,TimeStart,TimeEnd,State,Reason"
+    done = cluster.client(
+        ["sacctmgr", "--noheader", "--parsable2", "show", "event", f"nodes={node}", f"format={fields}"]
+    )
+    return [dict(zip(fields.split(","), line.split("|"), strict=True)) for line in done.stdout.splitlines()]
+
+
+def test_a_gpuforge_drain_is_in_the_event_history(acct: AccountingCluster) -> None:
+    cluster = acct.cluster
+    node = acct.nodes[0]
+    reason = "gpuforge: xid 79 on GPU 1"
+    cluster.client(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
+    cluster.wait_for(
+        "the drain in the history", lambda: any(e["Reason"] == reason for e in _events(cluster, node)), 30
+    )
+    (open_event,) = [event for event in _events(cluster, node) if event["Reason"] == reason]
+    assert (open_event["State"], open_event["TimeEnd"]) == ("DRAIN", "Unknown"), open_event
+    cluster.client(["scontrol", "update", f"nodename={node}", "state=resume"])
+    cluster.wait_for(
+        "the drain closed",
+        lambda: [e["TimeEnd"] for e in _events(cluster, node) if e["Reason"] == reason] != ["Unknown"],
+        30,
+    )
+    (closed,) = [event for event in _events(cluster, node) if event["Reason"] == reason]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", closed["TimeEnd"]), closed
+    assert closed["TimeStart"] <= closed["TimeEnd"]
+    _all_idle(acct)
