@@ -1,6 +1,6 @@
 """Fixtures of the usage tests: a stack folder, and a real Prometheus on 127.0.0.1 serving backfilled history.
 
-The Prometheus is the monitoring test root's (scripts/monitoring-root.sh, .cache/monitoring-root);
+The Prometheus is the monitoring test root's (tests/monitoring_tools.py);
 its history is written with `promtool tsdb create-blocks-from openmetrics` into the data folder before
 it starts, so a test queries minutes of series at once. Each test's Prometheus is stopped by its pid.
 """
@@ -8,7 +8,6 @@ it starts, so a test queries minutes of series at once. Each test's Prometheus i
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import subprocess
 import time
@@ -18,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stack_files import REPO, slurm_stack, write_stack
+from monitoring_tools import tool
+from stack_files import slurm_stack, write_stack
 
-TOOLS_ROOT = Path(os.environ.get("GPUFORGE_MONITORING_ROOT", REPO / ".cache" / "monitoring-root"))
 READY_S = 60
 StackMaker = Callable[..., Path]
 
@@ -31,16 +30,6 @@ def make_stack(tmp_path: Path) -> StackMaker:
         return write_stack(tmp_path / "stack", stack, slurm_stack(**changes))
 
     return make
-
-
-def tool(name: str) -> Path:
-    """A binary of the monitoring test root: skip where it cannot be built (not root), fail where it can."""
-    path = TOOLS_ROOT / "usr" / "bin" / name
-    if path.is_file() and os.access(path, os.X_OK):
-        return path
-    if os.geteuid() != 0:
-        pytest.skip(f"no {name} at {path}; scripts/monitoring-root.sh builds it (needs root)")
-    pytest.fail(f"no {name} at {path}: run scripts/monitoring-root.sh (scripts/test.sh does) and run again")
 
 
 def _free_port() -> int:
