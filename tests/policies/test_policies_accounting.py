@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pulumi
 import pytest
-from policy_helpers import edit, mandatory, of, record, verdicts
+from policy_helpers import Images, cluster, edit, mandatory, of, record, spec, verdicts
 
 from gpuforge.components.accounting_db import AccountingDatabase, AccountingDatabaseArgs
 from gpuforge.policies.pack import POLICIES
@@ -95,3 +95,25 @@ def test_a_cluster_that_does_not_require_tls_is_refused(
 ) -> None:
     [message] = _messages(database(transformation), "rds-tls-required")
     assert expected in message and "require_secure_transport=ON" in message
+
+
+def test_a_whole_cluster_with_aurora_passes_the_pack(images: Images, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The p5 cluster with `accounting.database: aurora`: every mandatory rule, the IAM and network ones included.
+
+    Stand-ins until the scheduler's config and renderer land (issue 22): SchedulerSpec.accounting, and a
+    password-less slurmdbd.conf among the rendered files."""
+    from gpuforge.components import SchedulerSpec, slurm_controller
+
+    render = slurm_controller.render_files
+    monkeypatch.setattr(
+        slurm_controller,
+        "render_files",
+        lambda cluster: {"slurmdbd.conf": "SlurmUser=slurm\n", **render(cluster)},
+    )
+    scheduler = SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge")
+    if not hasattr(scheduler, "accounting"):
+        object.__setattr__(scheduler, "accounting", type("AccountingStandIn", (), {"database": "aurora"})())
+    reserved = {"type": "reservation", "reservation_id": "cr-0123456789abcdef0"}
+    resources = record(cluster(spec(images, capacity=reserved, scheduler=scheduler)))
+    assert any(resource.type == CLUSTER for resource in resources)
+    assert mandatory(verdicts(resources, images)) == []
