@@ -41,6 +41,7 @@ from gpuforge.components.placement import Placement, PlacementArgs
 from gpuforge.components.slurm_controller import SlurmController, SlurmControllerArgs
 from gpuforge.components.specs import GpuClusterSpec
 from gpuforge.components.summary import cluster_summary
+from gpuforge.components.user_data import SLURMDBD_CONF_NAME
 from gpuforge.errors import InputError
 
 TOKEN = "gpuforge:cluster:GpuCluster"
@@ -241,7 +242,13 @@ class GpuCluster(pulumi.ComponentResource):
         monitoring_files = controller.monitoring_files if controller else pulumi.Output.from_input({})
         database_endpoint = controller.database_endpoint if controller else none
         self.summary = pulumi.Output.all(
-            placement.group_name, address, monitoring_files, workspace, topic, database_endpoint
+            placement.group_name,
+            address,
+            monitoring_files,
+            workspace,
+            topic,
+            database_endpoint,
+            self.slurm_config,
         ).apply(
             lambda values: {
                 **cluster_summary(
@@ -258,7 +265,7 @@ class GpuCluster(pulumi.ComponentResource):
                 "monitoring": _monitoring_summary(
                     monitoring if controller else None, values[2], workspace=values[3], topic=values[4]
                 ),
-                "accounting": _accounting_summary(spec, controller, values[5]),
+                "accounting": _accounting_summary(spec, controller, values[5], values[6]),
             }
         )
         self.register_outputs(
@@ -303,10 +310,13 @@ def _accounting_database(spec: GpuClusterSpec) -> Literal["local", "aurora"]:
 
 
 def _accounting_summary(
-    spec: GpuClusterSpec, controller: SlurmController | None, endpoint: str | None
+    spec: GpuClusterSpec, controller: SlurmController | None, endpoint: str | None, files: dict[str, str]
 ) -> dict[str, Any]:
-    """The summary's `accounting`: where slurmdbd keeps Slurm's accounting (the same keys without Slurm)."""
-    if controller is None:
+    """The summary's `accounting`: where slurmdbd keeps Slurm's accounting (the same keys without Slurm).
+
+    None where the controller runs no slurmdbd: no Slurm, or rendered files without slurmdbd.conf.
+    """
+    if controller is None or SLURMDBD_CONF_NAME not in files:
         return {"database": None, "engine_version": None, "endpoint": None, "state_volume_gib": None}
     aurora = _accounting_database(spec) == "aurora"
     return {

@@ -185,7 +185,7 @@ def _scheduler(scheduler: Mapping[str, Any]) -> str:
 def _accounting(accounting: Mapping[str, Any]) -> str:
     """Where slurmdbd keeps Slurm's accounting (summary's `accounting`, components.cluster)."""
     if accounting["database"] is None:
-        return "none"
+        return "none (no slurmdbd: no Slurm, or the rendered Slurm files hold no slurmdbd.conf)"
     if accounting["database"] == "local":
         return (
             "slurmdbd with MariaDB on the controller's encrypted state volume "

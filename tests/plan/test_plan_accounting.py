@@ -1,4 +1,8 @@
-"""`gpuforge plan` says where Slurm's accounting lives: MariaDB on the controller's state volume, or Aurora."""
+"""`gpuforge plan` says where Slurm's accounting lives: MariaDB on the controller's state volume, or Aurora.
+
+Stand-ins until issue 22's scheduler config and renderer land (`rendered_slurmdbd_conf`, `aurora`): the renderer's
+password-less slurmdbd.conf, and the stack's `accounting.database: aurora` as GpuCluster reads it.
+"""
 
 from __future__ import annotations
 
@@ -9,30 +13,72 @@ import pytest
 from plan_support import STACK_DIR
 
 from gpuforge.cli import main
+from gpuforge.components import cluster as cluster_module
+from gpuforge.components import slurm_controller
+from gpuforge.plan.render import summary_lines
+from gpuforge.plan.stack_plan import plan
+
+
+@pytest.fixture
+def rendered_slurmdbd_conf(monkeypatch: pytest.MonkeyPatch) -> None:
+    render = slurm_controller.render_files
+    monkeypatch.setattr(
+        slurm_controller,
+        "render_files",
+        lambda cluster: {"slurmdbd.conf": "SlurmUser=slurm\n", **render(cluster)},
+    )
+
+
+@pytest.fixture
+def aurora(monkeypatch: pytest.MonkeyPatch, rendered_slurmdbd_conf: None) -> None:
+    monkeypatch.setattr(cluster_module, "_accounting_database", lambda spec: "aurora")
 
 
 def test_p5_prod_plans_mariadb_on_the_controller_s_state_volume(
-    capsys: pytest.CaptureFixture[str], catalog_path: Path
+    catalog_path: Path, rendered_slurmdbd_conf: None
 ) -> None:
-    code = main(["plan", str(STACK_DIR), "--stack", "p5-prod", "--catalog", str(catalog_path)])
-    text = capsys.readouterr().out
-    assert code == 0
-    assert (
-        "  accounting slurmdbd with MariaDB on the controller's encrypted state volume "
-        "(20 GiB, shared with slurmctld's state)\n"
-    ) in text
-    assert "aws:rds/" not in text  # no managed database with the default
-
-
-def test_the_json_summary_carries_the_accounting_block(
-    capsys: pytest.CaptureFixture[str], catalog_path: Path
-) -> None:
-    code = main(["plan", str(STACK_DIR), "--stack", "p5-prod", "--catalog", str(catalog_path), "--json"])
-    document = json.loads(capsys.readouterr().out)
-    assert code == 0
-    assert document["summary"]["accounting"] == {
+    result = plan(STACK_DIR, "p5-prod", catalog=catalog_path)
+    assert result.summary["accounting"] == {
         "database": "local",
         "engine_version": None,
         "endpoint": None,
         "state_volume_gib": 20,
     }
+    assert (
+        "  accounting slurmdbd with MariaDB on the controller's encrypted state volume "
+        "(20 GiB, shared with slurmctld's state)"
+    ) in summary_lines(result.summary)
+    assert not [
+        r for r in result.run.resources if r.type.startswith("aws:rds/")
+    ]  # nothing managed by default
+
+
+def test_the_summary_follows_the_rendered_files(
+    capsys: pytest.CaptureFixture[str], catalog_path: Path
+) -> None:
+    """No slurmdbd.conf among the files the controller gets: no slurmdbd runs, and the summary says so."""
+    code = main(["plan", str(STACK_DIR), "--stack", "p5-prod", "--catalog", str(catalog_path), "--json"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 0
+    rendered = "slurmdbd.conf" in document["scheduler"]["files"]
+    assert document["summary"]["accounting"]["database"] == ("local" if rendered else None)
+
+
+def test_p5_prod_with_aurora_plans_the_database_and_passes_the_pack(catalog_path: Path, aurora: None) -> None:
+    result = plan(STACK_DIR, "p5-prod", catalog=catalog_path)
+    named = {(r.type, r.name) for r in result.run.resources}
+    assert {
+        ("aws:rds/cluster:Cluster", "p5-prod-slurm-accounting-cluster"),
+        ("aws:rds/clusterInstance:ClusterInstance", "p5-prod-slurm-accounting-writer"),
+        ("aws:rds/subnetGroup:SubnetGroup", "p5-prod-slurm-accounting-subnets"),
+        ("aws:rds/clusterParameterGroup:ClusterParameterGroup", "p5-prod-slurm-accounting-params"),
+        ("aws:ec2/subnet:Subnet", "p5-prod-slurm-accounting-subnet"),
+    } <= named
+    accounting = result.summary["accounting"]
+    assert accounting["database"] == "aurora" and accounting["engine_version"] == "8.0.mysql_aurora.3.10.0"
+    assert accounting["endpoint"].endswith(".rds.amazonaws.com")
+    assert result.mandatory_failures == ()
+    line = next(line for line in summary_lines(result.summary) if line.startswith("  accounting "))
+    assert line.startswith(
+        f"  accounting slurmdbd with Aurora MySQL Serverless v2 8.0.mysql_aurora.3.10.0 at {accounting['endpoint']} "
+    )
