@@ -377,6 +377,7 @@ class GpuClusterSpec(_Spec):
             )
         if self.wait_for_capacity_timeout is not None:
             cluster_rules.check_wait_timeout(self.wait_for_capacity_timeout)
+        check_team_quotas(self.scheduler, node_count=self.node_count, gpus_per_node=instance.gpu_count)
         return self
 
     @classmethod
@@ -386,6 +387,7 @@ class GpuClusterSpec(_Spec):
 
 
 SchedulerType = Literal["slurm", "none"]
+AccountingDatabase = Literal["local", "aurora"]
 # Partition names, MaxTime and the controller's instance type are checked by the rules in
 # gpuforge.scheduler.slurm_values, which the renderer applies again to every value it writes.
 _SLURM_DOC = "https://slurm.schedmd.com/slurm.conf.html#SECTION_PARTITION-CONFIGURATION"
@@ -413,6 +415,212 @@ class PartitionSpec(_Spec):
         return None if value is None else slurm_values.MAX_TIME.check(value, field="partitions.maxTime")
 
 
+# Sources of the accounting rules below (Slurm 26.05's pages, as the forky test root's man pages):
+_SACCTMGR_DOC = "https://slurm.schedmd.com/sacctmgr.html"
+_QOS_DOC = "https://slurm.schedmd.com/qos.html"
+_PREEMPT_DOC = "https://slurm.schedmd.com/preempt.html"
+# slurmdb_qos_rec_t.priority is a uint32_t whose two top values mean INFINITE and NO_VAL
+# (slurm/slurm.h of SchedMD/slurm), so a QOS priority is below 2^32 - 2.
+_QOS_PRIORITY_MAX = 2**32 - 3
+
+
+class AccountingSpec(_Spec):
+    """`scheduler.accounting`: where slurmdbd keeps Slurm's accounting.
+
+    `local` (the default) is MariaDB on the controller's encrypted state volume; `aurora` is an
+    Aurora MySQL Serverless v2 cluster the component makes (components.accounting_db).
+    """
+
+    database: AccountingDatabase = "local"
+
+
+class QosSpec(_Spec):
+    """One Slurm quality of service: its `priority` (added to a job's priority through
+    PriorityWeightQOS) and the QOS it `preempts` (their jobs are requeued, PreemptMode=REQUEUE)."""
+
+    name: str
+    priority: int = Field(ge=0, le=_QOS_PRIORITY_MAX)
+    preempts: tuple[str, ...] = ()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return slurm_values.QOS_NAME.check(value, field="qos.name")
+
+    @field_validator("preempts", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return (value,) if isinstance(value, str) else value
+
+
+class TeamUser(_Spec):
+    """A user of a team; `default` marks the team (Slurm account) their jobs are charged to
+    when they name none, which a user of several teams must have in exactly one."""
+
+    name: str
+    default: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return slurm_values.USER_NAME.check(
+            value, field="teams.users.name", fix="give the user's login name, as `id -un` prints it"
+        )
+
+
+class TeamSpec(_Spec):
+    """One team: a Slurm account with its users, a GPU quota (GrpTRES=gres/gpu=N: at the quota the
+    team's further jobs pend with Slurm's reason) and the QOS its jobs may use (the first is the default)."""
+
+    name: str
+    users: tuple[TeamUser, ...] = Field(min_length=1)
+    gpu_quota: int = Field(ge=1)
+    qos: tuple[str, ...] = ()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return slurm_values.ACCOUNT_NAME.check(value, field="teams.name")
+
+    @field_validator("users", mode="before")
+    @classmethod
+    def _users(cls, value: object) -> object:
+        """A user is a name or {name, default}."""
+        if isinstance(value, (list, tuple)):
+            return tuple(TeamUser(name=user) if isinstance(user, str) else user for user in value)
+        return value
+
+    @field_validator("qos", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return (value,) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _unique_users(self) -> Self:
+        names = [user.name for user in self.users]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise invalid(
+                f"scheduler.teams[{self.name}].users",
+                names,
+                f"{', '.join(repeated)} is listed more than once",
+                "list each user once in a team",
+            )
+        return self
+
+
+def _check_accounts(qos: tuple[QosSpec, ...], teams: tuple[TeamSpec, ...]) -> None:
+    """The rules that join QOS and teams: unique names, known QOS, no preemption loop, one default team a user."""
+    for field, names in (
+        ("scheduler.qos", [q.name for q in qos]),
+        ("scheduler.teams", [t.name for t in teams]),
+    ):
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise invalid(
+                field,
+                names,
+                f"names must be unique; {', '.join(repeated)} appears more than once",
+                "give each its own name",
+                source=_SACCTMGR_DOC,
+            )
+    known = {q.name for q in qos}
+    for level in qos:
+        if level.name in level.preempts:
+            raise invalid(
+                f"scheduler.qos[{level.name}].preempts",
+                list(level.preempts),
+                "a QOS cannot preempt itself (its jobs would requeue one another)",
+                f"remove {level.name} from its own preempts",
+                source=_PREEMPT_DOC,
+            )
+        unknown = sorted(set(level.preempts) - known)
+        if unknown:
+            raise invalid(
+                f"scheduler.qos[{level.name}].preempts",
+                list(level.preempts),
+                f"{', '.join(unknown)} is not a QOS of scheduler.qos (known: {', '.join(sorted(known))})",
+                "name a QOS defined under scheduler.qos, or define it there",
+                source=_QOS_DOC,
+            )
+    cycle = _preemption_cycle({level.name: level.preempts for level in qos})
+    if cycle:
+        raise invalid(
+            "scheduler.qos.preempts",
+            " -> ".join(cycle),
+            "preemption forms a cycle: each QOS of it would requeue the jobs of the next, so no job of them is safe",
+            "make preemption go one way (e.g. production preempts research, research preempts nothing)",
+            source=_PREEMPT_DOC,
+        )
+    for team in teams:
+        unknown = [name for name in team.qos if name not in known]
+        if unknown:
+            raise invalid(
+                f"scheduler.teams[{team.name}].qos",
+                list(team.qos),
+                f"{', '.join(unknown)} is not a QOS of scheduler.qos"
+                + (f" (known: {', '.join(sorted(known))})" if known else " (it defines none)"),
+                "name a QOS defined under scheduler.qos, or define it there",
+                source=_QOS_DOC,
+            )
+    memberships: dict[str, list[tuple[str, bool]]] = {}
+    for team in teams:
+        for user in team.users:
+            memberships.setdefault(user.name, []).append((team.name, user.default))
+    for user, where in sorted(memberships.items()):
+        defaults = [team for team, default in where if default]
+        if len(where) > 1 and len(defaults) != 1:
+            raise invalid(
+                f"scheduler.teams.users[{user}]",
+                {team: default for team, default in where},
+                f"{user} is in {len(where)} teams ({', '.join(team for team, _ in where)}) and marked default in "
+                f"{len(defaults)}; Slurm charges a job that names no account to the user's one DefaultAccount",
+                f"write {{name: {user}, default: true}} in exactly one of those teams",
+                source=_SACCTMGR_DOC,
+            )
+
+
+def _preemption_cycle(preempts: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """A preemption cycle as its QOS names (the first repeated at the end), or [] when there is none.
+
+    Depth-first; the depth is bounded by the number of QOS, which a stack writes by hand.
+    """
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> list[str]:
+        if name in path:
+            return [*path[path.index(name) :], name]
+        if name in done:
+            return []
+        for target in sorted(preempts.get(name, ())):
+            cycle = visit(target, [*path, name])
+            if cycle:
+                return cycle
+        done.add(name)
+        return []
+
+    for start in sorted(preempts):
+        cycle = visit(start, [])
+        if cycle:
+            return cycle
+    return []
+
+
+def check_team_quotas(scheduler: SchedulerSpec, *, node_count: int, gpus_per_node: int) -> None:
+    """A team's GPU quota above every GPU of the cluster can never bind, and is a typo: refused."""
+    cluster_gpus = node_count * gpus_per_node
+    for team in scheduler.teams:
+        if team.gpu_quota > cluster_gpus:
+            raise invalid(
+                f"scheduler.teams[{team.name}].gpuQuota",
+                team.gpu_quota,
+                f"the quota is above the cluster's {cluster_gpus} GPUs (nodeCount {node_count} x {gpus_per_node} "
+                "GPUs per node), so it never limits the team",
+                f"give a quota of at most {cluster_gpus}, or grow nodeCount",
+                source="https://slurm.schedmd.com/resource_limits.html",
+            )
+
+
 class SchedulerSpec(_Spec):
     """The `gpuforge:scheduler` block: which scheduler runs the cluster, and its partitions.
 
@@ -425,16 +633,30 @@ class SchedulerSpec(_Spec):
     type: SchedulerType
     controller_instance_type: str | None = None
     partitions: tuple[PartitionSpec, ...] = ()
+    accounting: AccountingSpec = AccountingSpec()
+    qos: tuple[QosSpec, ...] = ()
+    teams: tuple[TeamSpec, ...] = ()
 
     @model_validator(mode="after")
     def _rules(self) -> Self:
         if self.type == "none":
-            if self.controller_instance_type is not None or self.partitions:
+            given = [
+                key
+                for key, field in (
+                    ("controllerInstanceType", "controller_instance_type"),
+                    ("partitions", "partitions"),
+                    ("accounting", "accounting"),
+                    ("qos", "qos"),
+                    ("teams", "teams"),
+                )
+                if field in self.model_fields_set and getattr(self, field) not in (None, ())
+            ]
+            if given:
                 raise invalid(
                     "scheduler",
-                    {"type": "none", "controllerInstanceType": self.controller_instance_type},
-                    "a cluster with no scheduler has no controller and no partitions",
-                    "remove controllerInstanceType and partitions, or set type: slurm",
+                    {"type": "none", "given": given},
+                    "a cluster with no scheduler has no controller, partitions, accounting, QOS or teams",
+                    f"remove {', '.join(given)}, or set type: slurm",
                 )
             return self
         if self.controller_instance_type is None:
@@ -468,6 +690,7 @@ class SchedulerSpec(_Spec):
                 "set default: true on one partition only",
                 source=_SLURM_DOC,
             )
+        _check_accounts(self.qos, self.teams)
         return self
 
     @property

@@ -80,6 +80,7 @@ from gpuforge.components.specs import (
     NetworkSpec,
     NodeMode,
     SchedulerSpec,
+    check_team_quotas,
 )
 from gpuforge.display import cut
 from gpuforge.errors import InputError
@@ -165,12 +166,49 @@ class _PartitionKeys(_Strict):
     default: StrictBool = False
 
 
+class _AccountingKeys(_Strict):
+    """`gpuforge:scheduler.accounting` as written; the rules are AccountingSpec's."""
+
+    database: StrictStr = "local"
+
+
+class _QosKeys(_Strict):
+    """One entry of `gpuforge:scheduler.qos` as written; the rules are QosSpec's."""
+
+    name: StrictStr
+    priority: StrictInt
+    preempts: list[StrictStr] = Field(default_factory=list)
+
+
+class _TeamUserKeys(_Strict):
+    """A user of a team written as {name, default}; a bare name is the same with default false."""
+
+    name: StrictStr
+    default: StrictBool = False
+
+
+class _TeamKeys(_Strict):
+    """One entry of `gpuforge:scheduler.teams` as written; the rules are TeamSpec's."""
+
+    name: StrictStr
+    users: list[StrictStr | _TeamUserKeys]
+    gpu_quota: StrictInt = Field(alias="gpuQuota")
+    qos: StrictStr | list[StrictStr] = Field(default_factory=list)
+
+
 class _SchedulerKeys(_Strict):
     """`gpuforge:scheduler` as written; the rules are SchedulerSpec's."""
 
     type: StrictStr
     controller_instance_type: StrictStr | None = Field(default=None, alias="controllerInstanceType")
     partitions: list[_PartitionKeys] = Field(default_factory=list)
+    accounting: _AccountingKeys | None = None
+    qos: list[_QosKeys] = Field(default_factory=list)
+    teams: list[_TeamKeys] = Field(default_factory=list)
+
+    def spec(self) -> SchedulerSpec:
+        """The SchedulerSpec of these keys; a key left out stays unset, so `type: none` refuses only what was written."""
+        return SchedulerSpec(**self.model_dump(exclude_unset=True, exclude_none=True))
 
 
 class _GpuforgeKeys(_Strict):
@@ -405,6 +443,9 @@ def _config_field_names() -> dict[str, str]:
         ("lustre", _LustreKeys, "LustreSpec"),
         ("scheduler", _SchedulerKeys, "SchedulerSpec"),
         ("scheduler.partitions", _PartitionKeys, "PartitionSpec"),
+        ("scheduler.accounting", _AccountingKeys, "AccountingSpec"),
+        ("scheduler.qos", _QosKeys, "QosSpec"),
+        ("scheduler.teams", _TeamKeys, "TeamSpec"),
     ):
         for field, info in model.model_fields.items():
             alias = info.alias or field
@@ -414,9 +455,12 @@ def _config_field_names() -> dict[str, str]:
             if key.startswith("scheduler"):
                 # SchedulerSpec's messages spell the keys as written (scheduler.controllerInstanceType).
                 names[f"{key}.{alias}"] = written
-    # PartitionSpec names its fields without the block (partitions.name, partitions.maxTime).
-    for field, info in _PartitionKeys.model_fields.items():
-        names[f"partitions.{info.alias or field}"] = f"{NAMESPACE}:scheduler.partitions.{info.alias or field}"
+    # PartitionSpec names its fields without the block (partitions.name, partitions.maxTime); QosSpec,
+    # TeamSpec and TeamUser likewise (qos.name, teams.name, teams.users.name).
+    for block, model in (("partitions", _PartitionKeys), ("qos", _QosKeys), ("teams", _TeamKeys)):
+        for field, info in model.model_fields.items():
+            names[f"{block}.{info.alias or field}"] = f"{NAMESPACE}:scheduler.{block}.{info.alias or field}"
+    names["teams.users.name"] = f"{NAMESPACE}:scheduler.teams.users.name"
     for field, key in (
         ("instance_type", "instanceType"),
         ("node_count", "nodeCount"),
@@ -516,9 +560,12 @@ def parse_engine_values(
     scheduler = (
         SchedulerSpec(type="none")
         if scheduler_keys is None
-        else _component_rule(
-            source, f"{NAMESPACE}:scheduler", lambda: SchedulerSpec(**scheduler_keys.model_dump())
-        )
+        else _component_rule(source, f"{NAMESPACE}:scheduler", scheduler_keys.spec)
+    )
+    _component_rule(
+        source,
+        f"{NAMESPACE}:scheduler.teams",
+        lambda: check_team_quotas(scheduler, node_count=keys.nodeCount, gpus_per_node=instance.gpu_count),
     )
     # Stacks launch into the VPC gpuforge creates with its default block (NetworkSpec's).
     _component_rule(

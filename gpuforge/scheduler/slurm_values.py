@@ -122,6 +122,31 @@ PARTITION_NAME = Rule(
     reserved=frozenset({"DEFAULT"}),
 )
 
+# Accounts (teams) and QOS live in Slurm's database, which keeps names in lower case (sacctmgr(1): "The
+# contents of Slurm's database are maintained in lower case"), so only lower case is taken: a name that
+# sacctmgr would fold would not compare equal to the stack's on the next sync.
+SACCTMGR_DOC = "https://slurm.schedmd.com/sacctmgr.html"
+
+ACCOUNT_NAME = Rule(
+    what="a team (Slurm account) name",
+    # 64 is gpuforge's bound, the partition names' own: short enough for every sacct/sreport column.
+    pattern=re.compile(r"[a-z][a-z0-9_-]{0,63}"),
+    rule="a team name is 1-64 lowercase letters, digits, '_' and '-', starting with a letter, and not root "
+    "(Slurm's database keeps names in lower case; root is the account every cluster has)",
+    fix="rename the team, e.g. llm or vision",
+    source=SACCTMGR_DOC,
+    reserved=frozenset({"ROOT"}),
+)
+
+QOS_NAME = Rule(
+    what="a QOS name",
+    pattern=re.compile(r"[a-z][a-z0-9_-]{0,63}"),
+    rule="a QOS name is 1-64 lowercase letters, digits, '_' and '-', starting with a letter "
+    "(Slurm's database keeps names in lower case)",
+    fix="rename the QOS, e.g. production or research",
+    source=SACCTMGR_DOC,
+)
+
 CLUSTER_NAME = Rule(
     what="a cluster name",
     # Stricter than ClusterName (40 characters, lower case): the name also prefixes every AWS
