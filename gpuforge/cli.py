@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "validate": ("gpuforge.validate.cli", "judge NCCL and DCGM acceptance runs against per-type floors"),
     "usage": ("gpuforge.usage.cli", "GPU-hours held, useful and idle, unused reserved hours and cost"),
+    "kubernetes": ("gpuforge.kubernetes.cli", "render the Kubernetes add-ons and Kueue objects of a stack"),
 }
 
 Handler = Callable[[argparse.Namespace], int]

@@ -1,0 +1,141 @@
+"""`render_addons`: every Kubernetes object gpuforge applies for the add-ons, as YAML files.
+
+One file per object (`<kind>/<name>.yaml`, namespaced ones `<kind>/<namespace>.<name>.yaml`),
+Kueue's chart values as `addons/kueue-values.yaml`, and `index.yaml` naming each add-on's
+version, images by digest with their sources, and what was not rendered and why. Each file's
+first line names the file and the cluster (`gpuforge.rendered_set` recognises a render by it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import PurePosixPath
+from typing import Any
+
+import yaml
+
+from gpuforge.errors import InputError
+from gpuforge.kubernetes import kueue
+from gpuforge.kubernetes.addons import (
+    Addon,
+    Image,
+    efa_device_plugin,
+    kueue_values,
+    nvidia_device_plugin,
+    pins,
+)
+from gpuforge.kubernetes.kueue import GpuNodeGroup, QosLike, TeamLike
+
+HEADER = "# gpuforge kubernetes render: {path} for cluster {cluster}"
+INDEX = "index.yaml"
+
+
+def _header(path: str, cluster: str) -> str:
+    return HEADER.format(path=path, cluster=cluster)
+
+
+def rendered_for(cluster: str) -> Callable[[PurePosixPath, str], bool]:
+    """The rendered_set.Recognise of this renderer: the header line of `cluster`'s own files."""
+
+    def recognise(path: PurePosixPath, first_line: str) -> bool:
+        return first_line == _header(str(path), cluster)
+
+    return recognise
+
+
+def _dump(path: str, cluster: str, document: dict[str, Any]) -> str:
+    return _header(path, cluster) + "\n" + yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+
+
+def _path(obj: dict[str, Any]) -> str:
+    metadata = obj["metadata"]
+    name = f"{metadata['namespace']}.{metadata['name']}" if "namespace" in metadata else metadata["name"]
+    return f"{obj['kind'].lower()}/{name}.yaml"
+
+
+def _addon_objects(addon: Addon, build: Callable[[Image], dict[str, Any]]) -> list[dict[str, Any]]:
+    return [] if addon.unsourced else [build(addon.images[0])]
+
+
+def _index_entry(addon: Addon, files: list[str]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"version": addon.version, "source": addon.source}
+    if addon.chart is not None:
+        entry["chart"] = addon.chart.model_dump(exclude_none=True)
+    entry["images"] = [image.model_dump(exclude_none=True) for image in addon.images]
+    if addon.unsourced:
+        entry["rendered"] = False
+        entry["why_not"] = addon.unsourced
+    else:
+        entry["rendered"] = True
+        entry["files"] = files
+    return entry
+
+
+def render_addons(
+    cluster: str,
+    groups: Sequence[GpuNodeGroup],
+    teams: Sequence[TeamLike],
+    qos: Sequence[QosLike],
+) -> dict[str, str]:
+    """Every file of the cluster's Kubernetes add-ons and Kueue objects: relative path -> text.
+
+    Raises InputError for a team or QOS block Kubernetes cannot carry (a name that is not a DNS
+    label, a preemption Kueue's priority order cannot say), before anything is written.
+    """
+    if not groups:
+        raise InputError(f"cluster {cluster}: no GPU node group to render Kubernetes add-ons for.")
+    kueue.dns_label(cluster, field="stack name (the cluster's name)")
+    table = pins()
+    preempts = kueue.check_preemption(qos)
+    known = {item.name for item in qos}
+    for team in teams:
+        unknown = [name for name in team.qos if name not in known]
+        if unknown:
+            raise InputError(
+                f"gpuforge:scheduler.teams[{team.name}].qos: {', '.join(unknown)} is not in gpuforge:scheduler.qos. "
+                "Fix: define it there or remove it from the team."
+            )
+    objects: list[dict[str, Any]] = [kueue.topology(cluster, groups[0].instance_type)]
+    objects += [kueue.resource_flavor(cluster, group) for group in groups]
+    for team in teams:
+        objects += [kueue.namespace(team), kueue.cluster_queue(cluster, team, groups, preempts=preempts)]
+        objects.append(kueue.local_queue(team))
+    for item in qos:
+        objects += [kueue.workload_priority_class(item), kueue.priority_class(item)]
+    index: dict[str, Any] = {"cluster": cluster, "addons": {}}
+    files: dict[str, str] = {}
+    builders: dict[str, Callable[[Image], dict[str, Any]]] = {
+        "nvidia-device-plugin": nvidia_device_plugin,
+        "aws-efa-k8s-device-plugin": efa_device_plugin,
+    }
+    for name, build in builders.items():
+        addon = table.addons[name]
+        built = _addon_objects(addon, build)
+        index["addons"][name] = _index_entry(addon, [_path(obj) for obj in built])
+        objects += built
+    kueue_addon = table.addons["kueue"]
+    values_path = "addons/kueue-values.yaml"
+    index["addons"]["kueue"] = _index_entry(kueue_addon, [] if kueue_addon.unsourced else [values_path])
+    if not kueue_addon.unsourced:
+        files[values_path] = _dump(values_path, cluster, kueue_values(kueue_addon.images[0]))
+    for obj in objects:
+        path = _path(obj)
+        if path in files:
+            raise InputError(
+                f"cluster {cluster}: two objects render to {path}. Fix: give the teams distinct names."
+            )
+        files[path] = _dump(path, cluster, obj)
+    files[INDEX] = _dump(INDEX, cluster, index)
+    return dict(sorted(files.items()))
+
+
+def objects_of(files: dict[str, str]) -> list[dict[str, Any]]:
+    """The Kubernetes objects among rendered files (not the index or chart values), for validation."""
+    found = []
+    for path, text in files.items():
+        if path == INDEX or path.startswith("addons/"):
+            continue
+        document = yaml.safe_load(text)
+        assert isinstance(document, dict), path
+        found.append(document)
+    return found
