@@ -122,26 +122,51 @@ def test_kueue_values_name_the_manager_by_digest() -> None:
     assert f"{manager['repository']}:{manager['tag']}" == f"{image.repository}:{image.tag}@{image.digest}"
 
 
-def test_an_addon_without_a_sourced_digest_renders_nothing_and_says_why() -> None:
+_DAEMONSETS = {
+    "nvidia-device-plugin": "daemonset/kube-system.nvidia-device-plugin.yaml",
+    "aws-efa-k8s-device-plugin": "daemonset/kube-system.aws-efa-k8s-device-plugin.yaml",
+}
+
+
+def test_a_device_plugin_renders_exactly_when_its_digest_is_sourced() -> None:
     files = render_addons("p5-eks", [group()], [], [])
     index = yaml.safe_load(files[INDEX])
-    for name in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin"):
-        if pins().addons[name].unsourced:
-            assert index["addons"][name]["rendered"] is False
-            assert index["addons"][name]["why_not"] == pins().addons[name].unsourced
-    assert not any(
-        path.startswith("daemonset/") for path in files if pins().addons["nvidia-device-plugin"].unsourced
-    )
+    for name, path in _DAEMONSETS.items():
+        addon = pins().addons[name]
+        assert index["addons"][name]["rendered"] is (addon.unsourced is None), name
+        assert (path in files) is (addon.unsourced is None), name
+        if addon.unsourced:
+            assert index["addons"][name]["why_not"] == addon.unsourced
     assert index["addons"]["kueue"]["rendered"] is True
     assert "addons/kueue-values.yaml" in files
 
 
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_shipped_nvidia_plugin_is_rendered_by_nvidias_published_digest(version: str) -> None:
+    files = render_addons("p5-eks", [group()], [], [])
+    daemonset = yaml.safe_load(files[_DAEMONSETS["nvidia-device-plugin"]])
+    validate_core(daemonset, version)
+    assert daemonset["spec"]["template"]["spec"]["containers"][0]["image"] == (
+        "nvcr.io/nvidia/k8s-device-plugin@sha256:3c54348fe5a57e5700e7d8068e7531d2ef2d5f3ccb70c8f6bac0953432527abd"
+    )
+
+
+def test_the_efa_plugin_without_a_sourced_digest_renders_nothing_and_says_why() -> None:
+    assert pins().addons["aws-efa-k8s-device-plugin"].unsourced  # no published digest found (data file)
+    files = render_addons("p5-eks", [group()], [], [])
+    assert _DAEMONSETS["aws-efa-k8s-device-plugin"] not in files
+    assert not any(
+        "aws-efa-k8s-device-plugin:" in text and "image:" in text
+        for text in files.values()
+        if "kind:" in text
+    )
+
+
 def test_a_sourced_device_plugin_is_rendered(monkeypatch: pytest.MonkeyPatch, test_image: Image) -> None:
     table = pins()
-    sourced = table.addons["nvidia-device-plugin"].model_copy(update={"images": (test_image,)})
-    patched = table.model_copy(update={"addons": {**table.addons, "nvidia-device-plugin": sourced}})
+    sourced = table.addons["aws-efa-k8s-device-plugin"].model_copy(update={"images": (test_image,)})
+    patched = table.model_copy(update={"addons": {**table.addons, "aws-efa-k8s-device-plugin": sourced}})
     monkeypatch.setattr(addons, "pins", lambda: patched)
     monkeypatch.setattr("gpuforge.kubernetes.manifests.pins", lambda: patched)
     files = render_addons("p5-eks", [group()], [], [])
-    assert "daemonset/kube-system.nvidia-device-plugin.yaml" in files
-    assert test_image.reference in files["daemonset/kube-system.nvidia-device-plugin.yaml"]
+    assert test_image.reference in files[_DAEMONSETS["aws-efa-k8s-device-plugin"]]
