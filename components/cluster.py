@@ -304,9 +304,7 @@ def _scheduler_summary(
 
 def _accounting_database(spec: GpuClusterSpec) -> Literal["local", "aurora"]:
     """The stack's gpuforge:scheduler.accounting.database (local unless the stack says aurora)."""
-    # TODO(issue 22): SchedulerSpec.accounting lands with the scheduler's config; read it directly then.
-    accounting = getattr(spec.scheduler, "accounting", None)
-    return "local" if accounting is None else accounting.database
+    return spec.scheduler.accounting.database
 
 
 def _accounting_summary(

@@ -20,6 +20,7 @@ from components_helpers import AMI, INSTANCE, ROLE_POLICY, run
 
 from gpuforge.components import SchedulerSpec, slurm_controller
 from gpuforge.components.slurm_controller import SlurmController, SlurmControllerArgs
+from gpuforge.components.specs import AccountingSpec
 from gpuforge.errors import InputError
 from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedResource
 
@@ -200,11 +201,10 @@ def test_the_state_file_system_grows_with_its_volume(mocks: GpuforgeMocks) -> No
 
 
 def _aurora_scheduler() -> SchedulerSpec:
-    """SchedulerSpec with `accounting.database: aurora`: a stand-in until SchedulerSpec.accounting (issue 22's
-    scheduler config) lands; GpuCluster reads exactly that attribute."""
-    scheduler = SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge")
-    if not hasattr(scheduler, "accounting"):
-        object.__setattr__(scheduler, "accounting", type("AccountingStandIn", (), {"database": "aurora"})())
+    """The stack's `gpuforge:scheduler` with `accounting.database: aurora`."""
+    scheduler = SchedulerSpec(
+        type="slurm", controller_instance_type="m7i.2xlarge", accounting=AccountingSpec(database="aurora")
+    )
     return scheduler
 
 

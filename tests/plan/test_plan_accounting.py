@@ -1,7 +1,7 @@
 """`gpuforge plan` says where Slurm's accounting lives: MariaDB on the controller's state volume, or Aurora.
 
-Stand-ins until issue 22's scheduler config and renderer land (`rendered_slurmdbd_conf`, `aurora`): the renderer's
-password-less slurmdbd.conf, and the stack's `accounting.database: aurora` as GpuCluster reads it.
+Stand-in until issue 22's renderer lands (`rendered_slurmdbd_conf`): its password-less slurmdbd.conf among the
+files the controller gets (a no-op once the renderer writes one).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-from plan_support import STACK_DIR
+import yaml
+from plan_support import STACK_DIR, StackCopy
 
 from gpuforge.cli import main
-from gpuforge.components import cluster as cluster_module
 from gpuforge.components import slurm_controller
 from gpuforge.plan.render import summary_lines
 from gpuforge.plan.stack_plan import plan
@@ -27,11 +27,6 @@ def rendered_slurmdbd_conf(monkeypatch: pytest.MonkeyPatch) -> None:
         "render_files",
         lambda cluster: {"slurmdbd.conf": "SlurmUser=slurm\n", **render(cluster)},
     )
-
-
-@pytest.fixture
-def aurora(monkeypatch: pytest.MonkeyPatch, rendered_slurmdbd_conf: None) -> None:
-    monkeypatch.setattr(cluster_module, "_accounting_database", lambda spec: "aurora")
 
 
 def test_p5_prod_plans_mariadb_on_the_controller_s_state_volume(
@@ -64,8 +59,14 @@ def test_the_summary_follows_the_rendered_files(
     assert document["summary"]["accounting"]["database"] == ("local" if rendered else None)
 
 
-def test_p5_prod_with_aurora_plans_the_database_and_passes_the_pack(catalog_path: Path, aurora: None) -> None:
-    result = plan(STACK_DIR, "p5-prod", catalog=catalog_path)
+def test_p5_prod_with_aurora_plans_the_database_and_passes_the_pack(
+    catalog_path: Path, stack_copy: StackCopy, rendered_slurmdbd_conf: None
+) -> None:
+    scheduler = yaml.safe_load((STACK_DIR / "Pulumi.p5-prod.yaml").read_text(encoding="utf-8"))["config"][
+        "gpuforge:scheduler"
+    ]
+    stack = stack_copy(overrides={"gpuforge:scheduler": {**scheduler, "accounting": {"database": "aurora"}}})
+    result = plan(stack, "p5-prod", catalog=catalog_path)
     named = {(r.type, r.name) for r in result.run.resources}
     assert {
         ("aws:rds/cluster:Cluster", "p5-prod-slurm-accounting-cluster"),

@@ -100,9 +100,10 @@ def test_a_cluster_that_does_not_require_tls_is_refused(
 def test_a_whole_cluster_with_aurora_passes_the_pack(images: Images, monkeypatch: pytest.MonkeyPatch) -> None:
     """The p5 cluster with `accounting.database: aurora`: every mandatory rule, the IAM and network ones included.
 
-    Stand-ins until the scheduler's config and renderer land (issue 22): SchedulerSpec.accounting, and a
-    password-less slurmdbd.conf among the rendered files."""
+    Stand-in until the scheduler's renderer lands (issue 22): a password-less slurmdbd.conf among the rendered
+    files."""
     from gpuforge.components import SchedulerSpec, slurm_controller
+    from gpuforge.components.specs import AccountingSpec
 
     render = slurm_controller.render_files
     monkeypatch.setattr(
@@ -110,9 +111,9 @@ def test_a_whole_cluster_with_aurora_passes_the_pack(images: Images, monkeypatch
         "render_files",
         lambda cluster: {"slurmdbd.conf": "SlurmUser=slurm\n", **render(cluster)},
     )
-    scheduler = SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge")
-    if not hasattr(scheduler, "accounting"):
-        object.__setattr__(scheduler, "accounting", type("AccountingStandIn", (), {"database": "aurora"})())
+    scheduler = SchedulerSpec(
+        type="slurm", controller_instance_type="m7i.2xlarge", accounting=AccountingSpec(database="aurora")
+    )
     reserved = {"type": "reservation", "reservation_id": "cr-0123456789abcdef0"}
     resources = record(cluster(spec(images, capacity=reserved, scheduler=scheduler)))
     assert any(resource.type == CLUSTER for resource in resources)
