@@ -27,6 +27,9 @@ config:
     controllerInstanceType: m7i.2xlarge # a CPU type: the controller runs no jobs
     partitions:                         # optional: one `gpu` partition holding every node
       - {name: gpu, maxTime: "2-00:00:00", default: true}
+  gpuforge:checkpoint:                  # optional: the checkpoint interval in plan's summary
+    sizeGiB: 1043                       # one whole checkpoint, all nodes together
+    writeSeconds: 95                    # optional: a measured write time to /fsx (else from Lustre)
   gpuforge:catalog: ../../images/catalog.local  # optional, relative to the stack directory
 ```
 
@@ -65,12 +68,15 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
     ValidationError,
     field_validator,
 )
 
+from gpuforge import checkpoint as checkpoints
+from gpuforge.checkpoint import CheckpointSpec
 from gpuforge.components import cluster_rules, lustre_rules
 from gpuforge.components.specs import (
     AmiPin,
@@ -105,6 +111,7 @@ _KEY_KINDS: dict[str, Literal["str", "json"]] = {
     "scheduler": "json",
     "catalog": "str",
     "monitoring": "json",
+    "checkpoint": "json",
 }
 KNOWN_KEYS: tuple[str, ...] = tuple(f"{NAMESPACE}:{key}" for key in _KEY_KINDS)
 
@@ -156,6 +163,13 @@ def _stack_lustre(keys: _LustreKeys) -> LustreSpec:
     spec = LustreSpec(**keys.model_dump())
     lustre_rules.check_cluster_link(spec, has_bucket=True)
     return spec
+
+
+class _CheckpointKeys(_Strict):
+    """`gpuforge:checkpoint` as written; the rules are gpuforge.checkpoint's."""
+
+    size_gib: StrictFloat = Field(alias="sizeGiB", gt=0, allow_inf_nan=False)
+    write_seconds: StrictFloat | None = Field(default=None, alias="writeSeconds", gt=0, allow_inf_nan=False)
 
 
 class _PartitionKeys(_Strict):
@@ -225,6 +239,7 @@ class _GpuforgeKeys(_Strict):
     catalog: StrictStr | None = Field(default=None, min_length=1)
     # Read by gpuforge.monitoring.config, which needs the rest of the stack (its scheduler, its region).
     monitoring: Any = None
+    checkpoint: _CheckpointKeys | None = None
 
 
 class StackConfig(BaseModel):
@@ -255,6 +270,7 @@ class StackConfig(BaseModel):
     slurm_version: str | None
     catalog_path: Path | None  # None: the default catalog (gpuforge.images.catalog.DEFAULT_CATALOG)
     engine_values: dict[str, str]  # every config key as the engine hands it to the program
+    checkpoint: CheckpointSpec | None = None  # gpuforge:checkpoint; checked against the published MTBF
 
 
 def _read_yaml(path: Path, what: str, fix: str) -> Any:
@@ -579,6 +595,14 @@ def parse_engine_values(
         ),
     )
     slurm_version = _slurm_version(source, matrix_path) if scheduler.type == "slurm" else None
+    checkpoint = None if keys.checkpoint is None else CheckpointSpec(**keys.checkpoint.model_dump())
+    if checkpoint is not None:
+        # At plan time the cluster has no failure history yet: the published figure, a job on every node.
+        _component_rule(
+            source,
+            f"{NAMESPACE}:checkpoint",
+            lambda: checkpoints.check(checkpoint, lustre, keys.nodeCount, checkpoints.published()),
+        )
     config = StackConfig(
         project=project,
         stack=stack,
@@ -598,6 +622,7 @@ def parse_engine_values(
         if keys.catalog is not None
         else None,
         engine_values=dict(values),
+        checkpoint=checkpoint,
     )
     # The monitoring block is checked with the rest, so plan, render and `pulumi up` refuse the same
     # block `monitoring render` refuses. Imported here: gpuforge.monitoring.config builds on this module.

@@ -12,7 +12,8 @@ The JSON shape is a contract (scripts and CI read it):
      "scheduler": {"type", "slurm_version", "controller_instance_type",
                    "controller_host", "controller_address",
                    "partitions": [{"name", "max_time", "default"}],
-                   "files": {name: text}}}                          # the rendered Slurm files
+                   "files": {name: text}},                          # the rendered Slurm files
+     "checkpoint": null | CheckpointAdvice.to_json()}               # gpuforge.checkpoint
 
 `inputs` are the registration's inputs as the engine receives them (camelCased
 keys, numbers as floats); `parent` is the parent's URN (the root Stack's for
@@ -29,11 +30,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from gpuforge.checkpoint import CheckpointAdvice, checkpoint_advice, published
 from gpuforge.images.catalog import DEFAULT_CATALOG
 from gpuforge.plan.stack_plan import Plan
 from gpuforge.policies.runner import Verdict
 from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedResource, TreeNode
-from gpuforge.stack_config import display_path
+from gpuforge.stack_config import StackConfig, display_path
 
 
 def catalog_path(plan: Plan) -> Path:
@@ -54,7 +56,22 @@ def plan_document(plan: Plan) -> dict[str, Any]:
         "summary": plain(plan.summary),
         "policies": [asdict(verdict) for verdict in plan.verdicts],
         "scheduler": {**plain(plan.summary["scheduler"]), "files": dict(plan.slurm_config)},
+        "checkpoint": None if (advice := plan_checkpoint(plan.config)) is None else advice.to_json(),
     }
+
+
+def plan_checkpoint(config: StackConfig) -> CheckpointAdvice | None:
+    """The stack's checkpoint advice at plan time: the published MTBF (no failure history yet), a job on
+    every node; None without `gpuforge:checkpoint`."""
+    if config.checkpoint is None:
+        return None
+    return checkpoint_advice(config.checkpoint, config.lustre, config.node_count, published())
+
+
+def checkpoint_lines(config: StackConfig) -> list[str]:
+    """The summary's checkpoint line (README, "Checkpoint interval")."""
+    advice = plan_checkpoint(config)
+    return [] if advice is None else [f"  checkpoint {advice.line()}"]
 
 
 def resource_document(resource: RecordedResource) -> dict[str, Any]:
@@ -82,7 +99,8 @@ def render_text(plan: Plan, *, slurm_conf: bool = False) -> str:
 
     With `slurm_conf`, the rendered slurm.conf follows, as written to the controller.
     """
-    lines = [*_header(plan), "", *_tree(plan), "", *summary_lines(plan.summary), "", *_policies(plan), ""]
+    summary = [*summary_lines(plan.summary), *checkpoint_lines(plan.config)]
+    lines = [*_header(plan), "", *_tree(plan), "", *summary, "", *_policies(plan), ""]
     lines.append(_result(plan))
     if slurm_conf:
         lines += ["", *_slurm_conf(plan)]
