@@ -35,6 +35,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _K8S_NAMES = "https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#dns-label-names"
 _KUEUE_PREEMPTION = "https://kueue.sigs.k8s.io/docs/concepts/preemption/"
+# Priorities above this are reserved for system classes: kubernetes/kubernetes
+# pkg/apis/scheduling/types.go, HighestUserDefinablePriority = int32(1000000000).
+MAX_USER_PRIORITY = 1_000_000_000
 
 
 class TeamLike(Protocol):
@@ -129,11 +132,19 @@ def cohort_name(cluster: str) -> str:
 
 
 def check_preemption(qos: Sequence[QosLike]) -> bool:
-    """Whether any QOS preempts; InputError where Kueue's priority order cannot say what the block says.
+    """Whether any QOS preempts; InputError where Kubernetes or Kueue's priority order cannot carry the block.
 
     Kueue lets a workload preempt every workload of lower priority, so A preempts B must mean
     priority(A) > priority(B), and a higher priority that does not preempt a lower one cannot be said.
     """
+    for item in qos:
+        if item.priority > MAX_USER_PRIORITY:
+            raise InputError(
+                f"gpuforge:scheduler.qos[{item.name}].priority: {item.priority} is above what Kubernetes lets a "
+                f"user priority class have (rule: at most {MAX_USER_PRIORITY}; higher values are reserved for "
+                "system classes, kubernetes pkg/apis/scheduling/types.go HighestUserDefinablePriority). "
+                f"Fix: scale the QOS priorities down to at most {MAX_USER_PRIORITY}, keeping their order."
+            )
     by_name = {item.name: item for item in qos}
     preempting = any(item.preempts for item in qos)
     for item in qos:

@@ -187,3 +187,13 @@ def test_a_qos_priority_change_changes_exactly_its_priority_classes(teams: list[
         "workloadpriorityclass/production.yaml",
         "priorityclass/production.yaml",
     }
+
+
+def test_a_qos_priority_above_kubernetes_user_range_is_refused(teams: list[TeamSpec]) -> None:
+    # Slurm takes priorities up to 2^32-3; Kubernetes reserves those above 1e9 for system classes.
+    block = [qos("production", 1_000_000_001, "research"), qos("research", 100)]
+    with pytest.raises(InputError, match=r"qos\[production\].priority: 1000000001 .* at most 1000000000"):
+        render_addons("p5-eks", [group()], teams, block)
+    render_addons(
+        "p5-eks", [group()], teams, [qos("production", 1_000_000_000, "research"), qos("research", 100)]
+    )
