@@ -60,6 +60,14 @@ DB_SOCKET = "/run/mysqld/mysqld.sock"
 DB_PORT = 3306
 DB_NAME = "slurm_acct_db"
 DB_USER = "slurm"
+# The database password of clusters whose test names none (tests only, never a real secret).
+BACKEND_PASSWORD = "gpuforge-test-only"
+ACCOUNTING_SLURMDBD = "AccountingStorageType=accounting_storage/slurmdbd"
+
+
+def wants_slurmdbd(slurm_conf: str) -> bool:
+    """Whether slurmctld will wait for slurmdbd: slurm.conf keeps its accounting there."""
+    return re.search(rf"^{ACCOUNTING_SLURMDBD}\s*$", slurm_conf, re.M) is not None
 
 
 class ClusterError(AssertionError):
@@ -253,7 +261,14 @@ class SlurmTestCluster:
         )
 
     def start_controller(self, host: str, *, ready_timeout: float = 30) -> None:
-        """slurmctld in the `ctl` namespace with hostname `host` (its own UTS namespace)."""
+        """slurmctld in the `ctl` namespace with hostname `host` (its own UTS namespace).
+
+        When slurm.conf keeps accounting in slurmdbd and none runs yet, MariaDB and slurmdbd are
+        started first (`start_accounting_backend`): slurmctld 26.05.5 started with no slurmdbd
+        and no state files retries for ever ("Still don't know my ClusterID") and never answers.
+        """
+        if wants_slurmdbd(self.read_file("slurm.conf")) and DBD not in self.procs:
+            self.start_accounting_backend(host, timeout=max(ready_timeout, 60))
         self._start_as_host("ctl", host, ["slurmctld", "-D"])
         self.wait_for(
             "slurmctld to answer",
@@ -312,6 +327,24 @@ class SlurmTestCluster:
         raise ClusterError(f"timed out after {timeout} s waiting for {what}{detail}")
 
     # -- accounting: MariaDB and slurmdbd on the controller -------------------------------
+
+    def read_file(self, name: str) -> str:
+        """A file of the root's /etc/slurm ('' when absent)."""
+        path = self.root / "etc/slurm" / name
+        return path.read_text(encoding="utf-8") if path.exists() else ""
+
+    def start_accounting_backend(
+        self, host: str, *, password: str = BACKEND_PASSWORD, dbd_conf: str | None = None, timeout: float = 60
+    ) -> None:
+        """MariaDB and slurmdbd for a controller named `host`, as the controller boots them.
+
+        slurmdbd reads `dbd_conf`, else the slurmdbd.conf already written to /etc/slurm (the
+        rendered one), else a stand-in, with the password line added as the boot adds it.
+        """
+        conf = dbd_conf or self.read_file("slurmdbd.conf") or _slurmdbd_conf_stand_in(host)
+        self.write_hosts(host)
+        self.start_database(password, timeout=timeout)
+        self.start_slurmdbd(host, conf + storage_pass(password), timeout=timeout)
 
     def write_hosts(self, host: str) -> None:
         """/etc/hosts naming the controller at address 1: slurm.conf's AccountingStorageHost and
@@ -589,19 +622,17 @@ def start_accounting_cluster(
     )
     files: dict[str, str] = dict(render_files(spec))
     dbd_conf = files.pop("slurmdbd.conf", None) or _slurmdbd_conf_stand_in(CONTROLLER)
-    if "AccountingStorageType=" not in files["slurm.conf"]:
+    if not wants_slurmdbd(files["slurm.conf"]):
         files["slurm.conf"] += _accounting_stand_in(CONTROLLER)
     cluster.make_gpus(gpus_per_node)
     cluster.write_key()
     cluster.write_files(files)
-    cluster.write_hosts(CONTROLLER)
     # The rendered HealthCheckProgram: healthy (a test drains a node itself, with a gpuforge reason).
     health_check = cluster.root / spec.site.health_check_program.lstrip("/")
     health_check.parent.mkdir(parents=True, exist_ok=True)
     health_check.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
     health_check.chmod(0o755)
-    cluster.start_database(password, timeout=timeout)
-    cluster.start_slurmdbd(CONTROLLER, dbd_conf + storage_pass(password), timeout=timeout)
+    cluster.start_accounting_backend(CONTROLLER, password=password, dbd_conf=dbd_conf, timeout=timeout)
     cluster.start_controller(CONTROLLER, ready_timeout=timeout)
     nodes = tuple(f"{cluster.tag}-gpu{number}" for number in range(1, node_count + 1))
     registration = node_registration(spec)
@@ -620,7 +651,7 @@ def start_accounting_cluster(
 def _accounting_stand_in(host: str) -> str:
     """slurm.conf's accounting lines (issue 22's contract) until gpuforge's renderer writes them."""
     return (
-        "AccountingStorageType=accounting_storage/slurmdbd\n"
+        f"{ACCOUNTING_SLURMDBD}\n"
         f"AccountingStorageHost={host}\n"
         "AccountingStorageTRES=gres/gpu\n"
         "AccountingStorageEnforce=associations,limits,qos,safe\n"
@@ -680,12 +711,42 @@ class ControllerRead:
         ]
 
 
+def _reader_with_accounting(cluster: SlurmTestCluster, host: str, address: str) -> list[str]:
+    """How `read_by_slurmctld` starts a slurmctld that keeps accounting: in the cluster's
+    controller namespace, which gains `address` and, at the first read, MariaDB and a slurmdbd
+    that every later read's slurmctld registers its cluster with (DbdHost=localhost, so one
+    slurmdbd serves whatever host name a read gives). A cluster used for reads runs no controller."""
+    netns = cluster.controller_namespace()
+    namespace = Path(netns).name
+    shown = _run(["ip", "netns", "exec", namespace, "ip", "-o", "addr", "show", "dev", "eth0"]).stdout
+    if f" {address}/" not in shown:
+        _run(["ip", "netns", "exec", namespace, "ip", "addr", "add", f"{address}/32", "dev", "eth0"])
+    if DBD not in cluster.procs:
+        cluster.start_accounting_backend(
+            "localhost", dbd_conf=_slurmdbd_conf_stand_in("localhost"), timeout=60
+        )
+    # start_accounting_backend named localhost in /etc/hosts; the read names its controller.
+    (cluster.root / "etc/hosts").write_text(f"127.0.0.1 localhost\n{address} {host}\n", encoding="utf-8")
+    return [
+        "nsenter",
+        f"--net={netns}",
+        "unshare",
+        "--uts",
+        "sh",
+        "-c",
+        'hostname "$0" && exec chroot "$1" slurmctld -D',
+        host,
+        str(cluster.root),
+    ]
+
+
 def read_by_slurmctld(
     cluster: SlurmTestCluster, files: dict[str, str], *, host: str, address: str, timeout: float = 15
 ) -> ControllerRead:
     """Start slurmctld on `files` in a network and UTS namespace of its own, ask it what it read, stop it.
 
-    It starts in about 0.1 s: the namespace has loopback and one veth pair holding `address`
+    When slurm.conf keeps accounting in slurmdbd, slurmctld runs where a slurmdbd answers
+    (`_reader_with_accounting`); otherwise it starts in about 0.1 s: the namespace has loopback and one veth pair holding `address`
     (slurmctld asks getaddrinfo with AI_ADDRCONFIG, which needs an address other than
     loopback), and the hostname `host`, the SlurmctldHost of the files. slurmctld is the
     process started here (unshare, sh and chroot each exec the next), stopped by its pid.
@@ -699,17 +760,16 @@ def read_by_slurmctld(
     for path in state.iterdir():
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     log = cluster.base / "slurmctld-read.out"
-    script = (
-        'hostname "$0" && ip link set lo up && ip link add a0 type veth peer name a1 && '
-        'ip addr add "$1/24" dev a0 && ip link set a0 up && ip link set a1 up && exec chroot "$2" slurmctld -D'
-    )
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            ["unshare", "--net", "--uts", "sh", "-c", script, host, address, str(cluster.root)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+    if wants_slurmdbd(files.get("slurm.conf", "")):
+        argv = _reader_with_accounting(cluster, host, address)
+    else:
+        script = (
+            'hostname "$0" && ip link set lo up && ip link add a0 type veth peer name a1 && '
+            'ip addr add "$1/24" dev a0 && ip link set a0 up && ip link set a1 up && exec chroot "$2" slurmctld -D'
         )
+        argv = ["unshare", "--net", "--uts", "sh", "-c", script, host, address, str(cluster.root)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + timeout
         while proc.poll() is None and READY_LINE not in log.read_text(errors="replace"):

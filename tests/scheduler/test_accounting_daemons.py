@@ -32,6 +32,8 @@ from slurm_cluster import (
     unavailable_reason,
 )
 
+from gpuforge.components.specs import QosSpec, SchedulerSpec, TeamSpec, TeamUser
+
 ROOT = Path(os.environ.get("GPUFORGE_SLURM_ROOT", DEFAULT_ROOT))
 _SKIP = unavailable_reason(ROOT)
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
@@ -39,41 +41,59 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(_SKIP is not None, reason=_SK
 PASSWORD = "test#only\\pw'\"x"
 # Teams as the stack config names them: llm may use both QOS (production first, its default),
 # vision only research, with a quota of one GPU. mallory is a Unix user with no association.
-TEAMS = {"llm": (("alice", "bob"), 4, ("production", "research")), "vision": (("carol",), 1, ("research",))}
+SCHEDULER = SchedulerSpec(
+    type="slurm",
+    controller_instance_type="m7i.2xlarge",
+    qos=(
+        QosSpec(name="production", priority=1000, preempts=("research",)),
+        QosSpec(name="research", priority=100),
+    ),
+    teams=(
+        TeamSpec(
+            name="llm",
+            users=(TeamUser(name="alice"), TeamUser(name="bob")),
+            gpu_quota=4,
+            qos=("production", "research"),
+        ),
+        TeamSpec(name="vision", users=(TeamUser(name="carol"),), gpu_quota=1, qos=("research",)),
+    ),
+)
 UNKNOWN_USER = "mallory"
 FINAL = ("COMPLETED", "CANCELLED", "FAILED", "PREEMPTED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY")
 
 
 def _set_up_teams(cluster: SlurmTestCluster) -> None:
-    """QOS, accounts with their GPU quota, and users, with sacctmgr (the state `gpuforge scheduler
-    sync-accounts` applies)."""
-    cluster.add_users(*(user for users, _, _ in TEAMS.values() for user in users), UNKNOWN_USER)
-    cluster.client(["sacctmgr", "--immediate", "add", "qos", "research", "priority=100"])
-    cluster.client(
-        ["sacctmgr", "--immediate", "add", "qos", "production", "priority=1000", "preempt=research"]
-    )
-    for team, (users, quota, qos) in TEAMS.items():
+    """SCHEDULER's QOS, accounts with their GPU quota, and users, with sacctmgr (the state
+    `gpuforge scheduler sync-accounts` applies)."""
+    cluster.add_users(*(user.name for team in SCHEDULER.teams for user in team.users), UNKNOWN_USER)
+    for level in reversed(SCHEDULER.qos):  # a QOS is made before the QOS that preempts it
+        preempts = [f"preempt={','.join(level.preempts)}"] if level.preempts else []
+        cluster.client(
+            ["sacctmgr", "--immediate", "add", "qos", level.name, f"priority={level.priority}", *preempts]
+        )
+    for team in SCHEDULER.teams:
         cluster.client(
             [
                 "sacctmgr",
                 "--immediate",
                 "add",
                 "account",
-                team,
+                team.name,
                 "organization=gpuforge",
-                f"grptres=gres/gpu={quota}",
-                f"qos={','.join(qos)}",
-                f"defaultqos={qos[0]}",
+                f"grptres=gres/gpu={team.gpu_quota}",
+                f"qos={','.join(team.qos)}",
+                f"defaultqos={team.qos[0]}",
             ]
         )
-        for user in users:
-            cluster.client(["sacctmgr", "--immediate", "add", "user", user, f"account={team}"])
+        for user in team.users:
+            cluster.client(["sacctmgr", "--immediate", "add", "user", user.name, f"account={team.name}"])
 
 
 @pytest.fixture(scope="module")
 def acct(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AccountingCluster]:
     with open_cluster(tmp_path_factory.mktemp("accounting"), ROOT, REPO / "gpuforge") as cluster:
-        started = start_accounting_cluster(cluster, name="gfacctt", password=PASSWORD)
+        # A name with a hyphen, like p5-prod: slurmdbd names the cluster's tables after it.
+        started = start_accounting_cluster(cluster, name="gf-acct", password=PASSWORD, scheduler=SCHEDULER)
         _set_up_teams(cluster)
         yield started
 
@@ -117,8 +137,8 @@ def _all_idle(acct: AccountingCluster) -> None:
     """Cancel what is left and wait for every node idle: the next test starts from an empty cluster."""
     cluster = acct.cluster
     cluster.client(["scancel", "--full", "--user=root"], check=False)
-    for user in ("alice", "bob", "carol"):
-        cluster.client(["scancel", f"--user={user}"], check=False)
+    for team in SCHEDULER.teams:
+        cluster.client(["scancel", f"--account={team.name}"], check=False)
     for node in acct.nodes:
         cluster.wait_for(
             f"{node} idle", lambda node=node: cluster.node(node).get("State") == "IDLE+DYNAMIC_NORM", 60
