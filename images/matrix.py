@@ -81,11 +81,12 @@ class DistroPackages(_Strict):
     """Packages from the image OS's own archive, all of one source package at one exact version.
 
     `version` is the Debian version as apt takes it (`apt-get install <package>=<version>`), epoch
-    included; `source` says which archive index it was read from, and when.
+    included; `source` says which archive index it was read from, and when: it names the index's
+    address (an http(s) URL with the suite's `/dists/` path).
     """
 
     version: str = Field(pattern=r"^(?:[0-9]+:)?[0-9][A-Za-z0-9.+~-]*$")
-    source: str = Field(min_length=1)
+    source: str = Field(pattern=r"https?://[^\s/]+/\S*dists/\S+")
 
 
 # The monitoring daemons' matrix keys (issue 21's contract names), in install order.

@@ -49,3 +49,10 @@ def test_a_version_apt_cannot_take_exactly_is_refused(h100: dict[str, Any], vers
 def test_the_build_scripts_get_the_pinned_version(h100: dict[str, Any]) -> None:
     values = matrix_values(Matrix.model_validate(h100), "0" * 64)
     assert values["GPUFORGE_MARIADB"] == "1:10.6.23-0ubuntu0.22.04.1"
+
+
+@pytest.mark.parametrize("source", ["latest", "", "Ubuntu", "https://example.com/mariadb"])
+def test_a_source_that_names_no_archive_index_is_refused(h100: dict[str, Any], source: str) -> None:
+    h100["mariadb"]["source"] = source
+    with pytest.raises((InputError, ValueError)):
+        Matrix.model_validate(h100)
