@@ -78,7 +78,13 @@ def from_history(
     )
 
 
-def cluster_or_published(events: list[NodeEvent] | None, window: Window | None, nodes: int) -> Mtbf:
+def cluster_or_published(
+    events: list[NodeEvent] | None, window: Window | None, nodes: int, *, min_events: int = MIN_EVENTS
+) -> Mtbf:
     """The cluster's own MTBF when its history is enough, else the published figure."""
-    own = None if events is None or window is None else from_history(events, window, nodes)
+    own = (
+        None
+        if events is None or window is None
+        else from_history(events, window, nodes, min_events=min_events)
+    )
     return own if own is not None else published()

@@ -30,7 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from gpuforge.checkpoint import CheckpointAdvice, checkpoint_advice, published
+from gpuforge.checkpoint import CheckpointAdvice, stack_advice
 from gpuforge.images.catalog import DEFAULT_CATALOG
 from gpuforge.plan.stack_plan import Plan
 from gpuforge.policies.runner import Verdict
@@ -63,9 +63,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
 def plan_checkpoint(config: StackConfig) -> CheckpointAdvice | None:
     """The stack's checkpoint advice at plan time: the published MTBF (no failure history yet), a job on
     every node; None without `gpuforge:checkpoint`."""
-    if config.checkpoint is None:
-        return None
-    return checkpoint_advice(config.checkpoint, config.lustre, config.node_count, published())
+    return stack_advice(config)
 
 
 def checkpoint_lines(config: StackConfig) -> list[str]:

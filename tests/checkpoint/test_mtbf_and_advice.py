@@ -6,11 +6,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from stack_files import slurm_stack, write_stack
 
-from gpuforge.checkpoint import CheckpointSpec, Mtbf, check, checkpoint_advice, mtbf, write_time
+from gpuforge.checkpoint import (
+    CheckpointSpec,
+    Mtbf,
+    check,
+    checkpoint_advice,
+    interval,
+    mtbf,
+    stack_advice,
+    write_time,
+)
 from gpuforge.checkpoint.advice import NoWriteTime
 from gpuforge.components.specs import LustreSpec
 from gpuforge.errors import InputError
+from gpuforge.stack_config import StackConfig, load_stack_config
 from gpuforge.usage.events import parse_events
 from gpuforge.usage.window import Window
 
@@ -111,3 +122,23 @@ def test_a_large_lost_fraction_is_a_warning_with_the_fix() -> None:
     assert large.lost_fraction > 0.10
     assert large.warning is not None and "Fix: make the checkpoint smaller" in large.warning
     assert "WARNING: gpuforge:checkpoint:" in large.line()
+
+
+def _stack_config(tmp_path: Path, checkpoint: dict[str, float]) -> StackConfig:
+    lustre = {"deploymentType": "PERSISTENT_2", "storageCapacityGiB": 24000, "throughputPerTiB": 250}
+    config = slurm_stack(**{"gpuforge:lustre": lustre, "gpuforge:checkpoint": checkpoint})
+    return load_stack_config(write_stack(tmp_path, "test", config), "test")
+
+
+def test_stack_advice_for_usage_follows_the_cluster_s_history(tmp_path: Path) -> None:
+    """What `gpuforge usage` calls: with the window's events, the cluster's own MTBF once it has enough
+    failures (here the real file's 3, allowed with min_events=3), else the published figure."""
+    config = _stack_config(tmp_path, {"sizeGiB": 1, "writeSeconds": 1})
+    events = parse_events(EVENTS.read_text(), source=str(EVENTS))
+    own = stack_advice(config, events, WINDOW, min_events=3)
+    assert own is not None and own.mtbf_source.startswith("drain history: 3 gpuforge failures")
+    assert own.mtbf_job_seconds == pytest.approx(204 / 3 / 2)  # the stack's 2 nodes
+    assert own.daly_seconds == pytest.approx(interval.daly_interval(1, 34))
+    fallback = stack_advice(config, events, WINDOW)
+    assert fallback is not None and fallback.mtbf_source.startswith("published: 419")
+    assert stack_advice(config.model_copy(update={"checkpoint": None})) is None
