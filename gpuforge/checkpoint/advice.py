@@ -7,6 +7,7 @@ when no interval can make progress, exit 2), run when the stack config is read.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,11 @@ def _write_time(spec: CheckpointSpec, lustre: LustreSpec | None) -> write_time.W
             f"{KEY}.sizeGiB = {spec.size_gib:g}: the stack has {has}, so there is no throughput to estimate "
             f"the write time from. Fix: set {KEY}.writeSeconds to a measured write time, or give the stack "
             "a PERSISTENT gpuforge:lustre with throughputPerTiB."
+        )
+    if not math.isfinite(estimate.seconds):
+        raise InputError(
+            f"{KEY}.sizeGiB = {spec.size_gib:g}: too large to write in any finite time. "
+            "Fix: give the checkpoint's size in GiB (a 70B-parameter model with Adam is about 1043)."
         )
     return estimate
 

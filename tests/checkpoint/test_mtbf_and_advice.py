@@ -142,3 +142,8 @@ def test_stack_advice_for_usage_follows_the_cluster_s_history(tmp_path: Path) ->
     fallback = stack_advice(config, events, WINDOW)
     assert fallback is not None and fallback.mtbf_source.startswith("published: 419")
     assert stack_advice(config.model_copy(update={"checkpoint": None})) is None
+
+
+def test_a_size_too_large_for_any_write_time_is_refused() -> None:
+    with pytest.raises(InputError, match=r"gpuforge:checkpoint.sizeGiB = 1e\+308: too large"):
+        checkpoint_advice(CheckpointSpec(size_gib=1e308), P5_LUSTRE, 16, mtbf.published())
