@@ -13,9 +13,14 @@ import argparse
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuforge.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuforge.stack_config import StackConfig
+    from gpuforge.usage.events import NodeEvent
+    from gpuforge.usage.window import Window
 
 CONTROLLER_PROMETHEUS = "http://127.0.0.1:9090"  # gpuforge.monitoring.prometheus: --web.listen-address
 
@@ -76,6 +81,18 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=_usage)
 
 
+def _checkpoint(config: StackConfig, history: list[NodeEvent] | None, window: Window) -> dict[str, Any]:
+    """gpuforge.checkpoint's advice for a job on every node (the call `gpuforge plan` makes too), with
+    the MTBF from the window's event history when it holds enough failures, else the published figure."""
+    from gpuforge.checkpoint import stack_advice
+    from gpuforge.checkpoint.advice import KEY
+
+    advice = stack_advice(config, history, window)
+    if advice is None:
+        return {"checkpoint_note": f"none: the stack sets no {KEY} (README, 'Checkpoint interval')"}
+    return {"checkpoint": advice}
+
+
 def _usage(args: argparse.Namespace) -> int:
     from gpuforge import hardware
     from gpuforge.monitoring.config import stack_monitoring_config
@@ -134,6 +151,7 @@ def _usage(args: argparse.Namespace) -> int:
         reserved=reserved(config, gpus_per_node, jobs, window, now),
         failures=failures(jobs, history, window),
         rate=rate,
+        **_checkpoint(config, history, window),
     )
     if args.plot is not None:
         teams, _ = group_jobs(jobs, "team", window, now, per_job)

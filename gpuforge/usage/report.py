@@ -4,8 +4,8 @@ The JSON keys are a contract (README, "Usage and cost"): `stack`, `window` {`sin
 `by`, `groups` and `total` (each {`name`, `jobs`, `gpu_seconds_held`, `gpu_hours_held`,
 `gpu_hours_useful`, `useful_fraction`, `gpu_hours_idle`, `metrics`, `cost_usd`}), `metrics`
 {`source`, `idle_rule`}, `reserved` (null for On-Demand capacity), `failures` (null without an event
-history), `price` {`usd_per_gpu_hour`, `source`}, `checkpoint` (null until the checkpoint interval
-can be computed). A figure that cannot be known is null and its text is "no metrics" or "no price",
+history), `price` {`usd_per_gpu_hour`, `source`}, `checkpoint` (gpuforge.checkpoint's advice, or null
+when the stack sets no `gpuforge:checkpoint` or it cannot be computed; `checkpoint_note` says which). A figure that cannot be known is null and its text is "no metrics" or "no price",
 never an estimate.
 """
 
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpuforge.checkpoint import CheckpointAdvice
 from gpuforge.usage.cost import Rate
 from gpuforge.usage.events import NodeEvent, interrupted_jobs, node_seconds_lost
 from gpuforge.usage.metrics import IDLE_SM_ACTIVE, JobMetrics
@@ -100,6 +101,8 @@ class UsageReport:
     reserved: Reserved | None
     failures: Failures | None
     rate: Rate
+    checkpoint: CheckpointAdvice | None = None
+    checkpoint_note: str = ""  # why there is no advice
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,7 +120,8 @@ class UsageReport:
             },
             "failures": None if self.failures is None else self.failures.to_json(),
             "price": self.rate.to_json(),
-            "checkpoint": None,
+            "checkpoint": None if self.checkpoint is None else self.checkpoint.to_json(),
+            **({} if self.checkpoint is not None else {"checkpoint_note": self.checkpoint_note}),
         }
 
 
@@ -190,5 +194,6 @@ def render_text(report: UsageReport) -> str:
             f"down/drain event(s); jobs interrupted: {jobs}"
         )
     lines.append(f"price: {report.rate.source}")
-    lines.append("checkpoint interval: not computed (gpuforge's checkpoint model is not in this build)")
+    advice = report.checkpoint
+    lines.append(f"checkpoint interval: {report.checkpoint_note if advice is None else advice.line()}")
     return "\n".join(lines) + "\n"

@@ -24,7 +24,8 @@ from gpuforge.cli import main
 from gpuforge.usage.metrics import HELD, USEFUL
 from gpuforge.usage.sacct import read_sacct
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "accounting"
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "accounting"
 SINCE, UNTIL = "2026-12-04T15:54:00Z", "2026-12-04T15:56:00Z"
 
 
@@ -40,7 +41,8 @@ def _gpu_seconds(row: dict[str, str]) -> int:
 
 
 def _usage(capsys: pytest.CaptureFixture[str], stack: Path, *flags: str | Path) -> dict[str, Any]:
-    code = main(["usage", str(stack), "--stack", "test", "--json", *(str(flag) for flag in flags)])
+    name = () if "--stack" in flags else ("--stack", "test")
+    code = main(["usage", str(stack), *name, "--json", *(str(flag) for flag in flags)])
     out, err = capsys.readouterr()
     assert code == 0, err
     report: dict[str, Any] = json.loads(out)
@@ -255,3 +257,30 @@ def test_an_odcr_is_reserved_for_the_whole_window_at_the_on_demand_rate(
     )
     assert reserved["gpu_hours_unused"] == round((16 * 120 - 43) / 3600, 4)
     assert reserved["cost_usd_unused"] == round((16 * 120 - 43) / 3600 * 55.04 / 8, 2)
+
+
+def test_the_checkpoint_interval_is_gpuforge_checkpoints_advice(
+    capsys: pytest.CaptureFixture[str], make_stack: StackMaker
+) -> None:
+    from gpuforge.checkpoint import checkpoint_advice, published
+    from gpuforge.stack_config import load_stack_config
+
+    flags = ("--since", SINCE, "--until", UNTIL, "--sacct-json", FIXTURES / "sacct-duplicates.json")
+    events = ("--events", FIXTURES / "events.txt")
+    without = _usage(capsys, make_stack(), *flags, *events)
+    assert without["checkpoint"] is None
+    assert (
+        without["checkpoint_note"]
+        == "none: the stack sets no gpuforge:checkpoint (README, 'Checkpoint interval')"
+    )
+    stack = REPO / "stacks" / "training"
+    report = _usage(capsys, stack, "--stack", "p5-prod", *flags, *events)
+    config = load_stack_config(stack, "p5-prod")
+    assert config.checkpoint is not None
+    # Three node events are too few for the cluster's own MTBF: the published figure, which the advice names.
+    expected = checkpoint_advice(config.checkpoint, config.lustre, config.node_count, published())
+    assert report["checkpoint"] == expected.to_json()
+    assert "checkpoint_note" not in report
+    code = main(["usage", str(stack), "--stack", "p5-prod", *(str(flag) for flag in (*flags, *events))])
+    assert code == 0
+    assert f"checkpoint interval: {expected.line()}" in capsys.readouterr().out
