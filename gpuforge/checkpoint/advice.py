@@ -62,15 +62,16 @@ class CheckpointAdvice:
             "warning": self.warning,
         }
 
-    def line(self) -> str:
-        """One line for a summary."""
-        text = (
-            f"every {_duration(self.daly_seconds)} (Daly; Young {_duration(self.young_seconds)}): "
-            f"{self.size_gib:g} GiB in {self.write_seconds:.0f} s ({self.write_source}), job MTBF "
-            f"{self.mtbf_job_seconds / 3600:.1f} h on {self.nodes} node(s) ({self.mtbf_source}); "
-            f"~{self.lost_fraction:.1%} of GPU time lost"
-        )
-        return text if self.warning is None else f"{text}. WARNING: {self.warning}"
+    def lines(self) -> list[str]:
+        """The summary's lines: the interval and the loss, the write, the MTBF, and any warning."""
+        lines = [
+            f"every {_duration(self.daly_seconds)} (Daly; Young {_duration(self.young_seconds)}), "
+            f"~{self.lost_fraction:.1%} of GPU time lost",
+            f"write {self.size_gib:g} GiB in {self.write_seconds:.0f} s: {self.write_source}",
+            f"job MTBF {self.mtbf_job_seconds / 3600:.1f} h on {self.nodes} node(s), "
+            f"{self.mtbf_node_seconds / 3600:.1f} h per node: {self.mtbf_source}",
+        ]
+        return lines if self.warning is None else [*lines, f"WARNING: {self.warning}"]
 
 
 def _duration(seconds: float) -> str:

@@ -35,7 +35,7 @@ def estimate(size_gib: float, lustre: LustreSpec) -> WriteTime | None:
     seconds = size_gib * GIB / (mbps * MB)
     return WriteTime(
         seconds=seconds,
-        source=f"{size_gib:g} GiB at the Lustre baseline {mbps} MB/s "
+        source=f"the Lustre baseline {mbps} MB/s "
         f"({lustre.storage_capacity_gib} GiB x {lustre.throughput_per_tib or 'SCRATCH_2 200'} MB/s/TiB)",
     )
 

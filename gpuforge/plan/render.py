@@ -69,7 +69,10 @@ def plan_checkpoint(config: StackConfig) -> CheckpointAdvice | None:
 def checkpoint_lines(config: StackConfig) -> list[str]:
     """The summary's checkpoint line (README, "Checkpoint interval")."""
     advice = plan_checkpoint(config)
-    return [] if advice is None else [f"  checkpoint {advice.line()}"]
+    if advice is None:
+        return []
+    first, *rest = advice.lines()
+    return [f"  checkpoint {first}", *(f"             {line}" for line in rest)]
 
 
 def resource_document(resource: RecordedResource) -> dict[str, Any]:

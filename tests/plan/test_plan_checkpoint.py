@@ -24,13 +24,19 @@ def test_p5_prod_plans_a_checkpoint_interval(catalog_path: Path) -> None:
     delta = 1043 * 2**30 / 6000e6
     job_mtbf = NODE_MTBF_S / 16
     young = (2 * delta * job_mtbf) ** 0.5
-    lines = [line for line in render_text(result).splitlines() if line.startswith("  checkpoint ")]
-    assert len(lines) == 1
-    assert f"(Daly; Young {young / 3600:.1f} h)" in lines[0]
-    assert f"1043 GiB in {delta:.0f} s (1043 GiB at the Lustre baseline 6000 MB/s" in lines[0]
-    assert f"job MTBF {job_mtbf / 3600:.1f} h on 16 node(s)" in lines[0]
-    assert "419 unexpected interruptions in 54 days" in lines[0]
-    assert "WARNING" not in lines[0]
+    text = render_text(result).splitlines()
+    at = text.index(next(line for line in text if line.startswith("  checkpoint ")))
+    assert text[at].startswith(
+        f"  checkpoint every {young / 3600:.1f} h (Daly; Young {young / 3600:.1f} h), ~"
+    )
+    assert text[at + 1] == (
+        f"             write 1043 GiB in {delta:.0f} s: the Lustre baseline 6000 MB/s (24000 GiB x 250 MB/s/TiB)"
+    )
+    assert text[at + 2].startswith(
+        f"             job MTBF {job_mtbf / 3600:.1f} h on 16 node(s), 6334.6 h per node: "
+    )
+    assert "419 unexpected interruptions in 54 days" in text[at + 2]
+    assert not text[at + 3].startswith("             ")  # no warning line
 
 
 def test_plan_json_carries_the_checkpoint(capsys: pytest.CaptureFixture[str], catalog_path: Path) -> None:
@@ -52,9 +58,10 @@ def test_a_large_loss_is_a_warning_in_the_summary(stack_copy: StackCopy, catalog
     """A measured 20-hour write on 16 nodes (job MTBF ~396 h) loses well over 10 %: planned, with a warning."""
     folder = stack_copy(overrides={"gpuforge:checkpoint": {"sizeGiB": 1043, "writeSeconds": 72000}})
     text = render_text(plan(folder, "p5-prod", catalog=catalog_path))
-    line = next(line for line in text.splitlines() if line.startswith("  checkpoint "))
-    assert "(measured (writeSeconds))" in line
-    assert "WARNING: gpuforge:checkpoint:" in line and "Fix: make the checkpoint smaller" in line
+    assert "             write 1043 GiB in 72000 s: measured (writeSeconds)" in text
+    assert (
+        "             WARNING: gpuforge:checkpoint: " in text and "Fix: make the checkpoint smaller" in text
+    )
 
 
 def test_a_write_beyond_the_mtbf_is_refused_with_exit_2(
