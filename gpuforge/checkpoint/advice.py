@@ -62,6 +62,10 @@ class CheckpointAdvice:
             "warning": self.warning,
         }
 
+    def line(self) -> str:
+        """The same as one line (`gpuforge usage`'s text report)."""
+        return "; ".join(self.lines())
+
     def lines(self) -> list[str]:
         """The summary's lines: the interval and the loss, the write, the MTBF, and any warning."""
         lines = [

@@ -122,6 +122,7 @@ def test_a_large_lost_fraction_is_a_warning_with_the_fix() -> None:
     assert large.lost_fraction > 0.10
     assert large.warning is not None and "Fix: make the checkpoint smaller" in large.warning
     assert large.lines()[-1].startswith("WARNING: gpuforge:checkpoint:")
+    assert large.line() == "; ".join(large.lines())
 
 
 def _stack_config(tmp_path: Path, checkpoint: dict[str, float]) -> StackConfig:
