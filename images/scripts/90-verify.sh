@@ -224,13 +224,13 @@ check_slurm() {
     fi
     # Slurm names its mpi/pmix plugin by PMIx major (mpi_pmix_v5.so), so this also checks it was
     # built against the pinned PMIx's major.
-    for plugin in "mpi_pmix_v${GPUFORGE_PMIX%%.*}.so" gpu_nvml.so; do
+    for plugin in "mpi_pmix_v${GPUFORGE_PMIX%%.*}.so" gpu_nvml.so accounting_storage_mysql.so; do
         [[ -e "$ROOT/usr/lib/slurm/$plugin" ]] || {
-            fail slurm "no Slurm plugin /usr/lib/slurm/$plugin (built by --with-pmix and --with-nvml)"
+            fail slurm "no Slurm plugin /usr/lib/slurm/$plugin (built by --with-pmix, --with-nvml and libmariadb-dev)"
             ok=0
         }
     done
-    for unit in slurmctld.service slurmd.service; do
+    for unit in slurmctld.service slurmdbd.service slurmd.service mariadb.service; do
         state="$(systemctl is-enabled "$unit" 2>/dev/null || true)"
         [[ "$state" == disabled ]] || {
             fail slurm "$unit is '${state:-not installed}'; the image installs it disabled (user data enables it)"
@@ -241,6 +241,19 @@ check_slurm() {
     for dir in /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm; do
         [[ -d "$ROOT$dir" ]] || fail slurm "folder $dir is missing"
     done
+    # MariaDB for slurmdbd (the server for accounting.database: local, the client library its plugin loads).
+    # The pin is apt's whole version, epoch included, so it is compared whole (check_package compares upstream pins).
+    if [[ -n "$GPUFORGE_MARIADB" ]]; then
+        local package version
+        for package in mariadb-server libmariadb3; do
+            version="$(installed_version "$package")"
+            if [[ -z "$version" ]]; then
+                fail mariadb "package $package is not installed (the matrix pins $GPUFORGE_MARIADB)"
+            elif [[ "$version" != "$GPUFORGE_MARIADB" ]]; then
+                fail mariadb "package $package is $version, the matrix pins $GPUFORGE_MARIADB"
+            fi
+        done
+    fi
     if ((!ok)); then unset 'found[slurm]'; fi
 }
 

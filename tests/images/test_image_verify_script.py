@@ -299,6 +299,28 @@ CASES: dict[str, tuple[Callable[[Node], None], list[str]]] = {
         _drop("systemctl is-enabled slurmctld.service"),
         ["slurm: slurmctld.service is 'not installed'"],
     ),
+    "no-mysql-plugin": (
+        _drop_file("usr/lib/slurm/accounting_storage_mysql.so"),
+        ["slurm: no Slurm plugin /usr/lib/slurm/accounting_storage_mysql.so"],
+    ),
+    "slurmdbd-enabled": (
+        _set("systemctl is-enabled slurmdbd.service", "enabled\n"),
+        ["slurm: slurmdbd.service is 'enabled'; the image installs it disabled"],
+    ),
+    "mariadb-enabled": (
+        _set("systemctl is-enabled mariadb.service", "enabled\n"),
+        ["slurm: mariadb.service is 'enabled'; the image installs it disabled"],
+    ),
+    "mariadb-version": (
+        _set(DPKG + "mariadb-server", "ii  1:10.6.22-0ubuntu0.22.04.1"),
+        [
+            "mariadb: package mariadb-server is 1:10.6.22-0ubuntu0.22.04.1, the matrix pins 1:10.6.23-0ubuntu0.22.04.1"
+        ],
+    ),
+    "no-mariadb-client-library": (
+        _drop(DPKG + "libmariadb3"),
+        ["mariadb: package libmariadb3 is not installed"],
+    ),
     "no-slurm-user": (_drop("getent passwd slurm"), ["slurm: there is no slurm user"]),
     "no-spool": (_drop_dir("var/spool/slurmctld"), ["slurm: folder /var/spool/slurmctld is missing"]),
     "not-held": (
