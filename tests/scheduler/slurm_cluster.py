@@ -606,6 +606,10 @@ def start_accounting_cluster(
     the nodes, each waited for idle. Only root's association exists at the start: teams,
     users and QOS are the caller's (sacctmgr or `gpuforge scheduler sync-accounts`); the
     Unix users jobs run as are made with `cluster.add_users`.
+
+    The rendered JobAcctGatherType=jobacct_gather/cgroup is kept: `mount_root` bind-mounts the
+    host's /sys, so slurmd finds the cgroup tree (cgroup v1 on this machine) and gathers job
+    usage from it, as proctrack/cgroup already tracks jobs here; nothing is overridden.
     """
     spec = SlurmCluster(
         name=name,
