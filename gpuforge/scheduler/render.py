@@ -1,7 +1,9 @@
 """Slurm's files for one gpuforge cluster, rendered in one place.
 
-`render_files` writes slurm.conf, gres.conf, cgroup.conf and, when the cluster has a
-network topology, topology.conf. The controller serves them (configless mode), so a
+`render_files` writes slurm.conf, gres.conf, cgroup.conf, slurmdbd.conf (without any
+password: the controller adds it at boot), gpuforge-accounts.json (the teams, users and QOS
+`gpuforge scheduler sync-accounts` applies) and, when the cluster has a network topology,
+topology.conf. The controller serves them (configless mode), so a
 change is one file on one host. `node_registration` is the node's own line: what a
 GPU node passes to `slurmd -Z --conf` when it joins as a dynamic node. Both come from
 the hardware catalog row of the cluster's instance type, so the CPUs, memory, GPUs and
@@ -14,6 +16,7 @@ introduced it and its source.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -52,7 +55,16 @@ NODESET = slurm_values.NODESET
 # Source: https://slurm.schedmd.com/slurm.conf.html#OPT_HealthCheckProgram
 HEALTH_CHECK_TIMEOUT_S = 60
 
-ConfigFile = Literal["slurm.conf", "gres.conf", "cgroup.conf", "topology.conf"]
+ConfigFile = Literal[
+    "slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", "slurmdbd.conf", "gpuforge-accounts.json"
+]
+# The desired accounts, users and QOS (gpuforge.scheduler.accounts), beside slurm.conf on the controller.
+ACCOUNTS_FILE = "gpuforge-accounts.json"
+# A QOS's priority counts this much in a job's priority (PriorityWeightQOS x the QOS's normalised priority,
+# https://slurm.schedmd.com/priority_multifactor.html): above every other factor, which gpuforge leaves at 0,
+# so a production job always starts before a research job. The same weight AWS ParallelCluster's docs and
+# Slurm's own examples use for a dominant factor.
+PRIORITY_WEIGHT_QOS = 10000
 # The node's registration line as `gpuforge scheduler render` writes it beside the config files.
 REGISTRATION_FILE = "slurmd-register.conf"
 
@@ -84,11 +96,25 @@ class SlurmSite:
     # failing prolog drains the node (slurm.conf(5), Prolog).
     prolog: str = "/usr/local/sbin/gpuforge-slurm-prolog"
     epilog: str = "/usr/local/sbin/gpuforge-slurm-epilog"
+    # slurmdbd on the controller (slurm.conf AccountingStoragePort, slurmdbd.conf DbdPort; 6819 is the default
+    # of both, https://slurm.schedmd.com/slurmdbd.conf.html#OPT_DbdPort).
+    slurmdbd_port: int = 6819
+    # slurmdbd's database: the local MariaDB, or the Aurora endpoint when the caller knows it (the controller's
+    # boot writes the connection it has into slurmdbd.conf either way, components/user_data.py).
+    storage_host: str = "localhost"
+    storage_port: int = 3306
+    storage_user: str = "slurm"
+    storage_loc: str = "slurm_acct_db"  # StorageLoc's default (slurmdbd.conf(5))
+    # The RDS CA bundle slurmdbd verifies Aurora's certificate with (accounting.database: aurora).
+    storage_tls_ca: str = "/etc/gpuforge/rds-ca-bundle.pem"
 
     def __post_init__(self) -> None:
         slurm_values.HOST_NAME.check(self.controller_host, field="SlurmSite.controller_host")
         slurm_values.check_address(self.controller_addr, field="SlurmSite.controller_addr")
-        for port_field in ("slurmctld_port", "slurmd_port"):
+        slurm_values.DNS_NAME.check(self.storage_host, field="SlurmSite.storage_host")
+        slurm_values.DATABASE_NAME.check(self.storage_user, field="SlurmSite.storage_user")
+        slurm_values.DATABASE_NAME.check(self.storage_loc, field="SlurmSite.storage_loc")
+        for port_field in ("slurmctld_port", "slurmd_port", "slurmdbd_port", "storage_port"):
             slurm_values.check_port(getattr(self, port_field), field=f"SlurmSite.{port_field}")
         low, high = self.srun_port_range
         slurm_values.check_port(low, field="SlurmSite.srun_port_range")
@@ -107,6 +133,7 @@ class SlurmSite:
             "health_check_program",
             "prolog",
             "epilog",
+            "storage_tls_ca",
         ):
             slurm_values.PATH.check(getattr(self, path_field), field=f"SlurmSite.{path_field}")
         # slurmd 26.05.5 refuses to start with "HealthCheckTimeout (60) must be less than
@@ -157,6 +184,13 @@ class SlurmCluster:
                 slurm_values.MAX_TIME.check(
                     partition.max_time, field=f"scheduler.partitions[{partition.name}].maxTime"
                 )
+        for level in self.scheduler.qos:
+            for name in (level.name, *level.preempts):
+                slurm_values.QOS_NAME.check(name, field="scheduler.qos.name")
+        for team in self.scheduler.teams:
+            slurm_values.ACCOUNT_NAME.check(team.name, field="scheduler.teams.name")
+            for user in team.users:
+                slurm_values.USER_NAME.check(user.name, field=f"scheduler.teams[{team.name}].users.name")
         if self.topology is not None:
             for switch in sorted(
                 {*self.topology.children, *(s for below in self.topology.children.values() for s in below)}
@@ -200,8 +234,18 @@ def _header(cluster: SlurmCluster, what: str) -> str:
     )
 
 
-RENDERED_NAMES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", REGISTRATION_FILE)
-# The first line `_header` writes: which file, for which cluster.
+RENDERED_NAMES = (
+    "slurm.conf",
+    "gres.conf",
+    "cgroup.conf",
+    "topology.conf",
+    "slurmdbd.conf",
+    ACCOUNTS_FILE,
+    REGISTRATION_FILE,
+)
+# The first line `_header` writes: which file, for which cluster. JSON has no comments: the accounts
+# file's first line is a "comment" key holding the same text.
+_JSON_COMMENT = '{"comment": "'
 _HEADER = re.compile(
     r"# (?P<file>[a-z.-]+) for cluster (?P<cluster>[a-z0-9-]+), rendered by gpuforge for Slurm "
 )
@@ -212,7 +256,7 @@ def rendered_for(cluster: str) -> Recognise:
     (gpuforge.rendered_set): a name of the set, whose first line `_header` wrote for that cluster."""
 
     def recognise(relative: PurePosixPath, first_line: str) -> bool:
-        match = _HEADER.match(first_line)
+        match = _HEADER.match(first_line.removeprefix(_JSON_COMMENT))
         return (
             str(relative) in RENDERED_NAMES
             and match is not None
@@ -274,6 +318,7 @@ def _slurm_conf(cluster: SlurmCluster) -> str:
         ("Prolog", site.prolog),
         ("Epilog", site.epilog),
     ]
+    settings += _accounting_settings(cluster)
     if cluster.topology is not None:
         settings.append(("TopologyPlugin", "topology/tree"))
     if versions.has("openmetrics", cluster.version):
@@ -283,6 +328,81 @@ def _slurm_conf(cluster: SlurmCluster) -> str:
     body += f"NodeSet={NODESET} Feature={cluster.instance_type.name}\n"
     body += "".join(_partition_line(partition) for partition in cluster.scheduler.effective_partitions)
     return _header(cluster, "slurm.conf") + body
+
+
+def _accounting_settings(cluster: SlurmCluster) -> list[tuple[str, object]]:
+    """slurm.conf's accounting, priority and preemption: always on for a Slurm cluster.
+
+    Sources: https://slurm.schedmd.com/slurm.conf.html (each key's entry), https://slurm.schedmd.com/accounting.html,
+    https://slurm.schedmd.com/preempt.html.
+    """
+    site = cluster.site
+    settings: list[tuple[str, object]] = [
+        # Jobs, steps and node events go to slurmdbd on the controller (slurm.conf AccountingStorageType).
+        ("AccountingStorageType", "accounting_storage/slurmdbd"),
+        ("AccountingStorageHost", site.controller_host),
+        ("AccountingStoragePort", site.slurmdbd_port),
+        # GPUs counted as a TRES, so sacct's AllocTRES and sreport -T gres/gpu show GPU-hours and
+        # GrpTRES=gres/gpu=N can limit them (AccountingStorageTRES).
+        ("AccountingStorageTRES", "gres/gpu"),
+        # A job of a user or account with no association is refused; GrpTRES and QOS limits are enforced;
+        # `safe` starts a job only if it can finish within its limits (AccountingStorageEnforce).
+        ("AccountingStorageEnforce", "associations,limits,qos,safe"),
+        # Job usage (CPU, memory) read from the job's cgroup, as proctrack/cgroup tracks it (JobAcctGatherType).
+        ("JobAcctGatherType", "jobacct_gather/cgroup"),
+        # A job's priority from its QOS (PriorityType, PriorityWeightQOS; priority_multifactor.html).
+        ("PriorityType", "priority/multifactor"),
+        ("PriorityWeightQOS", PRIORITY_WEIGHT_QOS),
+    ]
+    if any(level.preempts for level in cluster.scheduler.qos):
+        # A QOS preempts the QOS its Preempt= lists (sacctmgr); a preempted job is requeued, never cancelled
+        # (PreemptType=preempt/qos, PreemptMode=REQUEUE; preempt.html).
+        settings += [("PreemptType", "preempt/qos"), ("PreemptMode", "REQUEUE")]
+    return settings
+
+
+def _slurmdbd_conf(cluster: SlurmCluster) -> str:
+    """slurmdbd.conf without StoragePass: the controller adds the password at boot from a root-only file on the
+    state volume or from RDS's secret, so no rendered file, Pulumi state or user data holds it.
+
+    Source: https://slurm.schedmd.com/slurmdbd.conf.html (Slurm 26.05; the same text as the test root's
+    slurmdbd.conf(5)).
+    """
+    site = cluster.site
+    settings: list[tuple[str, object]] = [
+        ("AuthType", "auth/slurm"),  # the same shared key as slurmctld (slurm.conf AuthType)
+        ("DbdHost", site.controller_host),
+        ("DbdPort", site.slurmdbd_port),
+        ("SlurmUser", site.slurm_user),
+        ("LogFile", f"{site.log_dir}/slurmdbd.log"),
+        # slurmdbd.service's RuntimeDirectory=slurmdbd (Slurm's own unit) makes /run/slurmdbd for SlurmUser.
+        ("PidFile", f"{site.run_dir}/slurmdbd/slurmdbd.pid"),
+        ("StorageType", "accounting_storage/mysql"),
+        ("StorageHost", site.storage_host),
+        ("StoragePort", site.storage_port),
+        ("StorageUser", site.storage_user),
+        ("StorageLoc", site.storage_loc),
+    ]
+    if cluster.scheduler.accounting.database == "aurora":
+        # TLS to Aurora, verified against RDS's CA bundle: StorageParameters=SSL_CA=<file> ("The path name of the
+        # Certificate Authority (CA) certificate file", slurmdbd.conf(5) of Slurm 26.05); the cluster's parameter
+        # group sets require_secure_transport=ON, so a connection without TLS is refused by the server too.
+        settings.append(("StorageParameters", f"SSL_CA={site.storage_tls_ca}"))
+    return _header(cluster, "slurmdbd.conf") + _lines(settings)
+
+
+def accounts_document(cluster: SlurmCluster) -> dict[str, object]:
+    """The desired accounts, users and QOS of `cluster` (gpuforge.scheduler.accounts reads it back)."""
+    from gpuforge.scheduler.accounts import desired_state
+
+    return desired_state(cluster.name, cluster.scheduler).to_json()
+
+
+def _accounts_file(cluster: SlurmCluster) -> str:
+    comment = _header(cluster, ACCOUNTS_FILE).replace("\n", " ").strip()
+    body = json.dumps(accounts_document(cluster), indent=2, sort_keys=True)
+    # The comment key first and on the first line, so `rendered_for` recognises the file like the others.
+    return _JSON_COMMENT + comment.replace('"', "'") + '",\n' + body.removeprefix("{\n") + "\n"
 
 
 def _gres_conf(cluster: SlurmCluster) -> str:
@@ -329,6 +449,8 @@ def render_files(cluster: SlurmCluster) -> dict[ConfigFile, str]:
         "slurm.conf": _slurm_conf(cluster),
         "gres.conf": _gres_conf(cluster),
         "cgroup.conf": _cgroup_conf(cluster),
+        "slurmdbd.conf": _slurmdbd_conf(cluster),
+        ACCOUNTS_FILE: _accounts_file(cluster),
     }
     if cluster.topology is not None:
         files["topology.conf"] = _header(cluster, "topology.conf") + cluster.topology.topology_conf()

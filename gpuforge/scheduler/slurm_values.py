@@ -289,6 +289,26 @@ HOST_NAME = Rule(
     source="https://www.rfc-editor.org/rfc/rfc1123#section-2.1",
 )
 
+DNS_NAME = Rule(
+    what="a DNS name",
+    pattern=re.compile(
+        r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.){0,126}[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    ),
+    rule="a DNS name is dot-separated labels of 1-63 letters, digits and '-', not starting or ending with '-'",
+    fix="give the database's host name, e.g. localhost or the Aurora cluster's endpoint",
+    source="https://www.rfc-editor.org/rfc/rfc1123#section-2.1",
+)
+
+DATABASE_NAME = Rule(
+    what="a MySQL database or user name",
+    # Unquoted identifiers of MariaDB/MySQL, kept to ASCII letters, digits and '_' (no quoting needed
+    # in slurmdbd.conf or in SQL), at most 32 characters (MariaDB's user name bound).
+    pattern=re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}"),
+    rule="a database or database user name is 1-32 letters, digits and '_', not starting with a digit",
+    fix="use slurmdbd's defaults: database slurm_acct_db, user slurm",
+    source="https://mariadb.com/kb/en/identifier-names/",
+)
+
 USER_NAME = Rule(
     what="a user name",
     pattern=re.compile(r"[a-z_][a-z0-9_-]{0,31}"),

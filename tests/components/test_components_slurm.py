@@ -113,7 +113,14 @@ def test_the_controller_instance_sits_at_its_fixed_address_in_the_private_subnet
     }
     assert "SlurmctldHost=demo-slurmctld(10.0.0.10)\n" in out["files"]["slurm.conf"]
     # p5 reports its network topology: topology/tree, starting from the one pending switch.
-    assert set(out["files"]) == {"slurm.conf", "gres.conf", "cgroup.conf", "topology.conf"}
+    assert set(out["files"]) == {
+        "slurm.conf",
+        "gres.conf",
+        "cgroup.conf",
+        "topology.conf",
+        "slurmdbd.conf",
+        "gpuforge-accounts.json",
+    }
     assert "TopologyPlugin=topology/tree\n" in out["files"]["slurm.conf"]
     assert out["files"]["topology.conf"].endswith("SwitchName=demo-unplaced\n")
 

@@ -53,7 +53,14 @@ def test_p5_prod_plans_with_its_controller(catalog_path: Path) -> None:
     assert (scheduler["type"], scheduler["controller_instance_type"]) == ("slurm", "m7i.2xlarge")
     assert scheduler["slurm_version"] == config.slurm_version == "26.05.5"
     assert [partition["name"] for partition in scheduler["partitions"]] == ["gpu", "debug"]
-    assert set(result.slurm_config) == {"slurm.conf", "gres.conf", "cgroup.conf", "topology.conf"}
+    assert set(result.slurm_config) == {
+        "slurm.conf",
+        "gres.conf",
+        "cgroup.conf",
+        "topology.conf",
+        "slurmdbd.conf",
+        "gpuforge-accounts.json",
+    }
     # No advisory verdict either: the controller is a CPU type.
     assert [verdict.policy for verdict in result.verdicts] == []
 
@@ -94,7 +101,14 @@ def test_json_carries_the_scheduler_and_its_files(
         key: document["summary"]["scheduler"][key] for key in SCHEDULER_KEYS[:5]
     }
     assert scheduler["partitions"][0] == {"name": "gpu", "max_time": "2-00:00:00", "default": True}
-    assert sorted(scheduler["files"]) == ["cgroup.conf", "gres.conf", "slurm.conf", "topology.conf"]
+    assert sorted(scheduler["files"]) == [
+        "cgroup.conf",
+        "gpuforge-accounts.json",
+        "gres.conf",
+        "slurm.conf",
+        "slurmdbd.conf",
+        "topology.conf",
+    ]
     assert "SlurmctldHost=p5-prod-slurmctld(10.0.0.10)" in scheduler["files"]["slurm.conf"]
     assert "Name=gpu Type=h100 File=/dev/nvidia7" in scheduler["files"]["gres.conf"]
 

@@ -225,9 +225,11 @@ def test_render_command_writes_the_stack_files(tmp_path: Path, capsys: pytest.Ca
     assert code == 0
     assert sorted(path.name for path in out.iterdir()) == [
         "cgroup.conf",
+        "gpuforge-accounts.json",
         "gres.conf",
         "slurm.conf",
         "slurmd-register.conf",
+        "slurmdbd.conf",
         "topology.conf",
     ]
     conf = (out / "slurm.conf").read_text(encoding="utf-8").splitlines()

@@ -17,7 +17,15 @@ from gpuforge.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = REPO / "images/matrices/p5-h100-cuda12.yaml"
-SET = ["cgroup.conf", "gres.conf", "slurm.conf", "slurmd-register.conf", "topology.conf"]
+SET = [
+    "cgroup.conf",
+    "gpuforge-accounts.json",
+    "gres.conf",
+    "slurm.conf",
+    "slurmd-register.conf",
+    "slurmdbd.conf",
+    "topology.conf",
+]
 
 
 def _stack(folder: Path, stack: str, instance_type: str = "p5.48xlarge") -> Path:

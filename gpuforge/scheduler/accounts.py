@@ -1,0 +1,493 @@
+"""Teams, users and QOS in Slurm's database, kept equal to the stack config by `sacctmgr`.
+
+`desired_state` turns the stack's `gpuforge:scheduler` block into the state Slurm should hold;
+`gpuforge scheduler render` writes it as gpuforge-accounts.json beside slurm.conf, and the
+controller runs `gpuforge scheduler sync-accounts`, which reads Slurm's current state
+(`read_current`), computes the changes (`plan_changes`) and applies them with `sacctmgr -i`
+(`apply`). A second run changes nothing; a change to the stack is one re-apply.
+
+gpuforge marks what it makes: its accounts have Organization=gpuforge and its QOS
+Description=gpuforge (sacctmgr's own fields), and it removes only accounts and QOS so marked,
+and only the user associations under its own accounts. A team or QOS name already taken by
+something gpuforge did not make is refused, never taken over.
+
+Sources (Slurm 26.05; the test root's man pages say the same):
+- https://slurm.schedmd.com/sacctmgr.html (add/modify/remove of account, user, qos; --parsable2,
+  --noheader, --immediate; GrpTRES, QOS, DefaultQOS, DefaultAccount, Organization, Description,
+  Priority, Preempt, PreemptMode)
+- https://slurm.schedmd.com/resource_limits.html (GrpTRES=gres/gpu=N on an account's association)
+- https://slurm.schedmd.com/preempt.html (a QOS's Preempt list; PreemptMode=requeue)
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from gpuforge.display import cut
+from gpuforge.errors import GpuforgeError, InputError
+from gpuforge.scheduler import slurm_values
+
+if TYPE_CHECKING:
+    from gpuforge.components.specs import SchedulerSpec
+
+# The mark on what gpuforge made (an account's Organization, a QOS's Description).
+MARKER = "gpuforge"
+FORMAT = 1
+DEFAULT_ACCOUNTS_PATH = "/etc/slurm/gpuforge-accounts.json"
+SACCTMGR_TIMEOUT_S = 60
+GPU_TRES = "gres/gpu"
+
+Runner = Callable[[Sequence[str]], str]
+
+
+class AccountsError(GpuforgeError):
+    """sacctmgr did not answer or refused a change; the next run tries again (exit 1)."""
+
+    exit_code = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Qos(_Strict):
+    name: str
+    priority: int
+    preempt: tuple[str, ...] = ()
+
+
+class Account(_Strict):
+    name: str
+    gpu_quota: int
+    qos: tuple[str, ...] = ()  # the first is the account's DefaultQOS
+
+
+class User(_Strict):
+    name: str
+    accounts: tuple[str, ...]
+    default_account: str
+
+
+class AccountsState(_Strict):
+    """What Slurm should hold for one cluster: gpuforge's QOS, accounts and users."""
+
+    comment: str = ""  # the rendered header (JSON has no comments)
+    format: Literal[1] = FORMAT
+    cluster: str
+    qos: tuple[Qos, ...] = ()
+    accounts: tuple[Account, ...] = ()
+    users: tuple[User, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={"comment"})
+
+    def check(self, where: str) -> AccountsState:
+        """Every name by Slurm's rules and every reference known, else an InputError naming `where`."""
+        problems: list[str] = []
+
+        def rule(value: str, check: slurm_values.Rule, field: str) -> None:
+            problem = check.problem(value)
+            if problem is not None:
+                problems.append(f"{field} = {cut(value)}: {problem}")
+
+        rule(self.cluster, slurm_values.CLUSTER_NAME, "cluster")
+        qos = {level.name for level in self.qos}
+        accounts = {account.name for account in self.accounts}
+        for level in self.qos:
+            rule(level.name, slurm_values.QOS_NAME, "qos.name")
+            problems += [
+                f"qos[{level.name}].preempt: {name} is not a QOS of the file"
+                for name in level.preempt
+                if name not in qos
+            ]
+        for account in self.accounts:
+            rule(account.name, slurm_values.ACCOUNT_NAME, "accounts.name")
+            if account.gpu_quota < 1:
+                problems.append(
+                    f"accounts[{account.name}].gpu_quota = {account.gpu_quota}: a quota is 1 or more GPUs"
+                )
+            problems += [
+                f"accounts[{account.name}].qos: {name} is not a QOS of the file"
+                for name in account.qos
+                if name not in qos
+            ]
+        for user in self.users:
+            rule(user.name, slurm_values.USER_NAME, "users.name")
+            problems += [
+                f"users[{user.name}].accounts: {name} is not an account of the file"
+                for name in user.accounts
+                if name not in accounts
+            ]
+            if user.default_account not in user.accounts:
+                problems.append(
+                    f"users[{user.name}].default_account = {cut(user.default_account)}: not one of its accounts"
+                )
+        if problems:
+            raise InputError(
+                f"{where}: not a gpuforge accounts file:\n  "
+                + "\n  ".join(problems)
+                + "\nFix: render it again from the stack (gpuforge scheduler render) instead of editing it."
+            )
+        return self
+
+
+def desired_state(cluster: str, scheduler: SchedulerSpec) -> AccountsState:
+    """The state Slurm should hold for the stack's teams and QOS (the spec's rules already hold)."""
+    memberships: dict[str, list[tuple[str, bool]]] = {}
+    for team in scheduler.teams:
+        for user in team.users:
+            memberships.setdefault(user.name, []).append((team.name, user.default))
+    users = tuple(
+        User(
+            name=name,
+            accounts=tuple(team for team, _ in where),
+            # One team: that team; several: the one marked default (SchedulerSpec requires exactly one).
+            default_account=next((team for team, default in where if default), where[0][0]),
+        )
+        for name, where in sorted(memberships.items())
+    )
+    return AccountsState(
+        cluster=cluster,
+        qos=tuple(Qos(name=q.name, priority=q.priority, preempt=q.preempts) for q in scheduler.qos),
+        accounts=tuple(Account(name=t.name, gpu_quota=t.gpu_quota, qos=t.qos) for t in scheduler.teams),
+        users=users,
+    )
+
+
+def parse_state(text: str, where: str) -> AccountsState:
+    """An accounts file's JSON text as an AccountsState; InputError (exit 2) naming the field otherwise."""
+    try:
+        state = AccountsState.model_validate_json(text)
+    except ValidationError as error:
+        lines = [
+            f"  {'.'.join(str(part) for part in detail['loc']) or '(file)'} = {cut(detail.get('input'))}: {detail['msg']}"
+            for detail in error.errors()
+        ]
+        raise InputError(
+            f"{where}: not a gpuforge accounts file:\n"
+            + "\n".join(lines)
+            + "\nFix: render it again from the stack (gpuforge scheduler render) instead of editing it."
+        ) from None
+    return state.check(where)
+
+
+# --- What Slurm holds now ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CurrentQos:
+    name: str
+    priority: int
+    preempt: tuple[str, ...]
+    preempt_mode: str
+    description: str
+
+
+@dataclass(frozen=True)
+class CurrentAccount:
+    name: str
+    organization: str
+    gpu_quota: int | None  # None: no GrpTRES gres/gpu on the cluster's association
+    qos: tuple[str, ...]
+    default_qos: str
+
+
+@dataclass(frozen=True)
+class CurrentState:
+    qos: dict[str, CurrentQos]
+    accounts: dict[str, CurrentAccount]
+    user_accounts: dict[str, tuple[str, ...]]  # user -> accounts with an association on the cluster
+    default_accounts: dict[str, str]  # user -> DefaultAccount
+
+
+def _rows(text: str, columns: int, command: str) -> list[list[str]]:
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) != columns:
+            raise AccountsError(
+                f"`sacctmgr {command}` printed a line of {len(fields)} fields, not {columns}: {cut(line)}. "
+                "Fix: run the Slurm gpuforge renders for (its sacctmgr prints these columns)."
+            )
+        rows.append(fields)
+    return rows
+
+
+def _names(field: str) -> tuple[str, ...]:
+    return tuple(sorted(name for name in field.split(",") if name))
+
+
+def _gpu_quota(tres: str) -> int | None:
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        if key == GPU_TRES and value.isdigit():
+            return int(value)
+    return None
+
+
+# Each query: its sacctmgr arguments and its column count.
+QOS_QUERY = ("show", "qos", "format=Name,Priority,Preempt,PreemptMode,Description")
+ACCOUNT_QUERY = ("show", "account", "format=Account,Organization")
+USER_QUERY = ("show", "user", "format=User,DefaultAccount")
+
+
+def _assoc_query(cluster: str) -> tuple[str, ...]:
+    return ("show", "assoc", f"cluster={cluster}", "format=Account,User,GrpTRES,QOS,DefaultQOS")
+
+
+def read_current(run: Runner, cluster: str) -> CurrentState:
+    """Slurm's QOS, accounts, associations and default accounts, from `sacctmgr --parsable2 --noheader show`.
+
+    Text, not --json: sacctmgr 26.05's JSON of these entities is a data_parser dump whose shape
+    changes with the plugin version, while these columns are sacctmgr's documented format fields.
+    """
+    qos = {
+        row[0]: CurrentQos(row[0], int(row[1] or 0), _names(row[2]), row[3], row[4])
+        for row in _rows(run(QOS_QUERY), 5, " ".join(QOS_QUERY))
+    }
+    organizations = {row[0]: row[1] for row in _rows(run(ACCOUNT_QUERY), 2, " ".join(ACCOUNT_QUERY))}
+    accounts: dict[str, CurrentAccount] = {}
+    user_accounts: dict[str, list[str]] = {}
+    assoc_query = _assoc_query(cluster)
+    for account, user, tres, qos_list, default_qos in _rows(run(assoc_query), 5, " ".join(assoc_query)):
+        if user:
+            user_accounts.setdefault(user, []).append(account)
+        else:
+            accounts[account] = CurrentAccount(
+                account, organizations.get(account, ""), _gpu_quota(tres), _names(qos_list), default_qos
+            )
+    # An account with no association on this cluster is still an account (sacctmgr show account).
+    for name, organization in organizations.items():
+        accounts.setdefault(name, CurrentAccount(name, organization, None, (), ""))
+    defaults = {row[0]: row[1] for row in _rows(run(USER_QUERY), 2, " ".join(USER_QUERY))}
+    return CurrentState(
+        qos, accounts, {user: tuple(sorted(a)) for user, a in user_accounts.items()}, defaults
+    )
+
+
+# --- The changes ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """One sacctmgr command and what it does, in words."""
+
+    what: str
+    args: tuple[str, ...]
+
+
+def _qos_settings(level: Qos) -> tuple[str, ...]:
+    return (
+        f"Priority={level.priority}",
+        # An empty value clears the list (sacctmgr(1): "''" restores the default; the shell passes it as empty).
+        f"Preempt={','.join(level.preempt)}",
+        "PreemptMode=requeue",
+        f"Description={MARKER}",
+    )
+
+
+def _account_settings(account: Account) -> tuple[str, ...]:
+    return (
+        f"GrpTRES={GPU_TRES}={account.gpu_quota}",
+        f"QOS={','.join(account.qos) if account.qos else 'normal'}",
+        f"DefaultQOS={account.qos[0] if account.qos else 'normal'}",
+    )
+
+
+def plan_changes(desired: AccountsState, current: CurrentState) -> list[Change]:
+    """The sacctmgr commands that make `current` equal to `desired`, in an order Slurm accepts:
+    QOS before the accounts that use them, associations before a default account points at one,
+    and removals last (users' associations, then accounts, then QOS nothing uses any more).
+
+    A team or QOS name held by an account or QOS gpuforge did not make is an InputError (exit 2).
+    """
+    cluster = desired.cluster
+    changes: list[Change] = []
+    taken = [
+        f"QOS {level.name} (Description {cut(current.qos[level.name].description)})"
+        for level in desired.qos
+        if level.name in current.qos and current.qos[level.name].description != MARKER
+    ] + [
+        f"account {account.name} (Organization {cut(current.accounts[account.name].organization)})"
+        for account in desired.accounts
+        if account.name in current.accounts and current.accounts[account.name].organization != MARKER
+    ]
+    if taken:
+        raise InputError(
+            f"{'; '.join(taken)} already exists in Slurm and was not made by gpuforge (its mark is "
+            f"Organization={MARKER} on accounts, Description={MARKER} on QOS), so gpuforge will not change it. "
+            "Fix: rename the team or QOS in gpuforge:scheduler, or hand it to gpuforge with `sacctmgr modify "
+            f"account NAME set Organization={MARKER}` (or `modify qos NAME set Description={MARKER}`)."
+        )
+    # QOS: made first without Preempt (a preempted QOS must exist), then set whole.
+    for level in desired.qos:
+        now = current.qos.get(level.name)
+        if now is None:
+            changes.append(
+                Change(
+                    f"add QOS {level.name} (priority {level.priority})",
+                    (
+                        "add",
+                        "qos",
+                        level.name,
+                        f"Priority={level.priority}",
+                        "PreemptMode=requeue",
+                        f"Description={MARKER}",
+                    ),
+                )
+            )
+        if now is None and not level.preempt:
+            continue
+        if now is None or (now.priority, now.preempt, now.preempt_mode) != (
+            level.priority,
+            tuple(sorted(level.preempt)),
+            "requeue",
+        ):
+            changes.append(
+                Change(
+                    f"set QOS {level.name}: priority {level.priority}, preempts {', '.join(level.preempt) or 'none'} (requeued)",
+                    ("modify", "qos", "where", f"name={level.name}", "set", *_qos_settings(level)),
+                )
+            )
+    for account in desired.accounts:
+        now_account = current.accounts.get(account.name)
+        settings = _account_settings(account)
+        if now_account is None:
+            changes.append(
+                Change(
+                    f"add account {account.name} (quota {account.gpu_quota} GPUs, QOS {', '.join(account.qos) or 'normal'})",
+                    (
+                        "add",
+                        "account",
+                        account.name,
+                        f"Cluster={cluster}",
+                        f"Organization={MARKER}",
+                        f"Description={account.name}",
+                        *settings,
+                    ),
+                )
+            )
+        elif (now_account.gpu_quota, now_account.qos, now_account.default_qos) != (
+            account.gpu_quota,
+            tuple(sorted(account.qos or ("normal",))),
+            (account.qos or ("normal",))[0],
+        ):
+            changes.append(
+                Change(
+                    f"set account {account.name}: quota {account.gpu_quota} GPUs, QOS {', '.join(account.qos) or 'normal'}",
+                    (
+                        "modify",
+                        "account",
+                        "where",
+                        f"name={account.name}",
+                        f"cluster={cluster}",
+                        "set",
+                        *settings,
+                    ),
+                )
+            )
+    ours = {name for name, account in current.accounts.items() if account.organization == MARKER}
+    ours |= {account.name for account in desired.accounts}
+    wanted_users = {user.name: user for user in desired.users}
+    for user in desired.users:
+        held = set(current.user_accounts.get(user.name, ()))
+        missing = [account for account in user.accounts if account not in held]
+        if missing:
+            changes.append(
+                Change(
+                    f"add user {user.name} to {', '.join(missing)}",
+                    (
+                        "add",
+                        "user",
+                        user.name,
+                        f"Cluster={cluster}",
+                        f"Account={','.join(missing)}",
+                        f"DefaultAccount={user.default_account}",
+                    ),
+                )
+            )
+        if current.default_accounts.get(user.name) not in (None, user.default_account):
+            changes.append(
+                Change(
+                    f"set user {user.name}'s default account to {user.default_account}",
+                    (
+                        "modify",
+                        "user",
+                        "where",
+                        f"name={user.name}",
+                        "set",
+                        f"DefaultAccount={user.default_account}",
+                    ),
+                )
+            )
+    for name, held_accounts in sorted(current.user_accounts.items()):
+        wanted = set(wanted_users[name].accounts) if name in wanted_users else set()
+        stale = sorted(account for account in held_accounts if account in ours and account not in wanted)
+        if stale:
+            changes.append(
+                Change(
+                    f"remove user {name} from {', '.join(stale)}",
+                    (
+                        "remove",
+                        "user",
+                        "where",
+                        f"name={name}",
+                        f"cluster={cluster}",
+                        f"account={','.join(stale)}",
+                    ),
+                )
+            )
+    wanted_accounts = {account.name for account in desired.accounts}
+    for name in sorted(ours - wanted_accounts):
+        changes.append(Change(f"remove account {name}", ("remove", "account", "where", f"name={name}")))
+    wanted_qos = {level.name for level in desired.qos}
+    for name, level_now in sorted(current.qos.items()):
+        if level_now.description == MARKER and name not in wanted_qos:
+            changes.append(Change(f"remove QOS {name}", ("remove", "qos", "where", f"name={name}")))
+    return changes
+
+
+def run_sacctmgr(args: Sequence[str]) -> str:
+    """`sacctmgr --parsable2 --noheader --immediate ARGS`; its stdout, or an AccountsError (exit 1)."""
+    argv = ["sacctmgr", "--parsable2", "--noheader", "--immediate", *args]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=SACCTMGR_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise AccountsError(
+            f"`sacctmgr {' '.join(args)}` did not run: {error}. Fix: run on the Slurm controller, with slurmdbd up."
+        ) from None
+    if done.returncode != 0:
+        raise AccountsError(
+            f"`sacctmgr {' '.join(args)}` exited {done.returncode}: {cut(done.stderr.strip())}. "
+            "Fix: check that slurmdbd runs (`sacctmgr show cluster`), then run again."
+        )
+    return done.stdout
+
+
+def sync(
+    desired: AccountsState, run: Runner, *, dry_run: bool, report: Callable[[str], None]
+) -> list[Change]:
+    """Read Slurm's state, compute the changes, and (unless `dry_run`) apply them in order; the changes made.
+
+    A failed command stops the run (AccountsError, exit 1): the changes before it stay applied, and the
+    next run computes the rest from what Slurm then holds.
+    """
+    changes = plan_changes(desired, read_current(run, desired.cluster))
+    for change in changes:
+        if dry_run:
+            report(f"would {change.what}: sacctmgr -i {' '.join(change.args)}")
+        else:
+            run(change.args)
+            report(f"{change.what}: sacctmgr -i {' '.join(change.args)}")
+    if not changes:
+        report(
+            f"nothing to change: Slurm holds the {len(desired.accounts)} team(s), {len(desired.users)} user(s) and {len(desired.qos)} QOS of the file"
+        )
+    return changes
