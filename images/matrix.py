@@ -89,6 +89,28 @@ class DistroPackages(_Strict):
     source: str = Field(pattern=r"https?://[^\s/]+/\S*dists/\S+")
 
 
+class KubernetesSpec(_Strict):
+    """The Kubernetes node parts (issue 23's matrix keys): what a GPU node built from this matrix needs to
+    join an EKS cluster, each a publisher's release build pinned by version and sha256.
+
+    `version` is the EKS control plane's minor version these nodes join. It lives in the matrix, not only in
+    the stack, because the image is built for one control plane, as Amazon builds an EKS AMI per Kubernetes
+    minor: the kubelet's skew and the version's EKS support are facts about the image, checked by
+    `matrix check` before any stack exists (a stack's `kubernetesVersion` must then equal it).
+    kubelet is dl.k8s.io's binary; containerd, runc and the CNI plugins their GitHub release builds.
+    """
+
+    version: str = Field(pattern=r"^1\.[0-9]+$")
+    kubelet: SourceTarball
+    containerd: SourceTarball
+    runc: SourceTarball
+    cni_plugins: SourceTarball
+
+
+# The Kubernetes node parts' matrix keys under `kubernetes`, in install order.
+KUBERNETES_KEYS = ("kubelet", "containerd", "runc", "cni_plugins")
+
+
 # The monitoring daemons' matrix keys (issue 21's contract names), in install order.
 MONITORING_KEYS = ("node_exporter", "prometheus", "alertmanager")
 
@@ -146,6 +168,8 @@ class Matrix(_Strict):
     node_exporter: SourceTarball | None = None
     prometheus: SourceTarball | None = None
     alertmanager: SourceTarball | None = None
+    # Optional: the Kubernetes node parts (images/scripts/72-kubernetes.sh). A Slurm-only matrix leaves it out.
+    kubernetes: KubernetesSpec | None = None
     targets: Annotated[list[str], AfterValidator(_unique_targets)] = Field(min_length=1)
 
     @property
@@ -165,9 +189,16 @@ class Matrix(_Strict):
         return tuple((key, pin) for key, pin in pins if pin is not None)
 
     @property
+    def kubernetes_downloads(self) -> tuple[tuple[str, SourceTarball], ...]:
+        """(dotted key, pin) of every Kubernetes node part: `kubernetes.kubelet`, ... (none without the block)."""
+        if self.kubernetes is None:
+            return ()
+        return tuple((f"kubernetes.{key}", getattr(self.kubernetes, key)) for key in KUBERNETES_KEYS)
+
+    @property
     def downloads(self) -> tuple[tuple[str, SourceTarball], ...]:
-        """(key, pin) of every tarball the build downloads by URL and checks by sha256."""
-        return self.source_tarballs + self.monitoring_tarballs
+        """(key, pin) of every file the build downloads by URL and checks by sha256."""
+        return self.source_tarballs + self.monitoring_tarballs + self.kubernetes_downloads
 
     def normalized(self) -> dict[str, Any]:
         """The matrix as plain data, optional empties dropped: what the digest hashes."""

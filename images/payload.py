@@ -21,7 +21,7 @@ from packaging.version import Version
 from gpuforge import hardware
 from gpuforge.compat import compat, driver_cuda_major
 from gpuforge.errors import GpuforgeError
-from gpuforge.images.matrix import MONITORING_KEYS, Matrix
+from gpuforge.images.matrix import KUBERNETES_KEYS, MONITORING_KEYS, Matrix
 from gpuforge.monitoring.fields import FIELDS_FILE, field_list_csv
 
 HERE = Path(__file__).resolve().parent
@@ -67,6 +67,22 @@ def _tarball_values(matrix: Matrix) -> dict[str, str]:
     values = {"GPUFORGE_PMIX_PREFIX": PMIX_PREFIX}
     for key in ("slurm", "pmix", "nccl_tests", *MONITORING_KEYS):
         pin, name = pinned.get(key), f"GPUFORGE_{key.upper()}"
+        values |= {
+            name: pin.version if pin else "",
+            f"{name}_SHA256": pin.sha256 if pin else "",
+            f"{name}_URL": pin.url if pin else "",
+        }
+    return values
+
+
+def _kubernetes_values(matrix: Matrix) -> dict[str, str]:
+    """The Kubernetes node parts' pins for 72-kubernetes.sh and 90-verify.sh: GPUFORGE_KUBERNETES_VERSION (the
+    control plane minor), and GPUFORGE_<PART>, _SHA256 and _URL for kubelet, containerd, runc and cni_plugins;
+    empty strings when the matrix has no `kubernetes` block (the script then installs nothing)."""
+    spec = matrix.kubernetes
+    values = {"GPUFORGE_KUBERNETES_VERSION": spec.version if spec else ""}
+    for key in KUBERNETES_KEYS:
+        pin, name = (getattr(spec, key) if spec else None), f"GPUFORGE_{key.upper()}"
         values |= {
             name: pin.version if pin else "",
             f"{name}_SHA256": pin.sha256 if pin else "",
@@ -131,6 +147,7 @@ def matrix_values(matrix: Matrix, digest: str) -> dict[str, str]:
     }
     values.update(_ofi_values(matrix))
     values.update(_tarball_values(matrix))
+    values.update(_kubernetes_values(matrix))
     return values
 
 

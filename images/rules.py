@@ -24,6 +24,7 @@ from gpuforge.compat import (
     release_version,
 )
 from gpuforge.errors import Finding, InputError, Severity
+from gpuforge.images.kubernetes_rules import KUBERNETES_RULES
 from gpuforge.images.matrix import MONITORING_KEYS, SCHEMA_SOURCE, Matrix
 from gpuforge.monitoring.fields import DATA_FILE, load_fields
 from gpuforge.monitoring.releases import monitoring_versions
@@ -115,6 +116,10 @@ _PIN_EXAMPLES = {
     "node_exporter.version": "1.9.1",
     "prometheus.version": "3.5.0",
     "alertmanager.version": "0.28.1",
+    "kubernetes.kubelet.version": "1.35.8",
+    "kubernetes.containerd.version": "2.3.4",
+    "kubernetes.runc.version": "1.4.3",
+    "kubernetes.cni_plugins.version": "1.9.1",
 }
 
 
@@ -1184,6 +1189,7 @@ RULES: tuple[Rule, ...] = (
     rule_monitoring_url_version,
     rule_prometheus_supported,
     rule_monitoring_one_field_list,
+    *KUBERNETES_RULES,
 )
 
 

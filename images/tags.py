@@ -39,6 +39,8 @@ def component_versions(matrix: Matrix) -> dict[str, str]:
         "dcgm": matrix.dcgm,
         "dcgm-exporter": matrix.dcgm_exporter,
         "mariadb": matrix.mariadb.version if matrix.mariadb else None,
+        # The EKS control plane minor the image's nodes join: a stack's kubernetesVersion is checked against it.
+        "kubernetes": matrix.kubernetes.version if matrix.kubernetes else None,
         **{key.replace("_", "-"): pin.version for key, pin in matrix.downloads},
     }
     return {name: version for name, version in pins.items() if version is not None}

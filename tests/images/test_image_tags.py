@@ -66,13 +66,18 @@ def test_a_matrix_without_slurm_carries_no_slurm_or_pmix_tag(tmp_path: Path) -> 
     matrix, digest = load_valid(write_matrix(tmp_path, data))
     tags = ami_tags(matrix, digest)
     assert "gpuforge:slurm" not in tags and "gpuforge:pmix" not in tags and "gpuforge:nccl-tests" not in tags
-    # the monitoring daemons follow dcgm-exporter whether or not Slurm is pinned
-    assert list(component_versions(matrix))[-5:] == [
+    # the monitoring daemons follow dcgm-exporter whether or not Slurm is pinned, then the Kubernetes node parts
+    assert list(component_versions(matrix))[-10:] == [
         "dcgm",
         "dcgm-exporter",
+        "kubernetes",
         "node-exporter",
         "prometheus",
         "alertmanager",
+        "kubernetes.kubelet",
+        "kubernetes.containerd",
+        "kubernetes.runc",
+        "kubernetes.cni-plugins",
     ]
 
 

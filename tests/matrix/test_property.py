@@ -53,8 +53,16 @@ def test_a_bad_value_anywhere_gives_findings(
     # Free text, and a name, can legitimately be one of the bad-version strings ('latest' is a fine name).
     assume(not (path in {("description",), ("name",)} and isinstance(value, str)))
     # Optional blocks: null is the same as absent.
-    # (the monitoring daemons too: a matrix with Slurm that leaves one out only warns, monitoring.pinned)
-    optional = {("description",), ("nccl_tests",), ("node_exporter",), ("prometheus",), ("alertmanager",)}
+    # (the monitoring daemons too: a matrix with Slurm that leaves one out only warns, monitoring.pinned;
+    # and the Kubernetes node parts, which a Slurm-only matrix leaves out)
+    optional = {
+        ("description",),
+        ("nccl_tests",),
+        ("node_exporter",),
+        ("prometheus",),
+        ("alertmanager",),
+        ("kubernetes",),
+    }
     assume(not (path in optional and value is None))
     node[path[-1]] = value
     code, report = _run(tmp_path, yaml.safe_dump(data), capsys)
@@ -71,7 +79,13 @@ def test_deleted_or_unknown_keys_give_findings(
     node = data
     for key in path[:-1]:
         node = node[key]
-    optional = {("description",), ("nvidia", "nvlsm"), ("nccl_tests",), *((key,) for key in MONITORING_KEYS)}
+    optional = {
+        ("description",),
+        ("nvidia", "nvlsm"),
+        ("nccl_tests",),
+        ("kubernetes",),
+        *((key,) for key in MONITORING_KEYS),
+    }
     if path in optional or (path[:2] == ("os", "base_ami") and len(path) == 3):
         node[path[-1] + "_" + extra] = "x"  # an unknown key beside it instead
     else:
