@@ -9,10 +9,11 @@ from pathlib import Path
 
 import moto
 import pytest
-from monitoring_support import SHIPPED_STACKS, StackMaker
+from monitoring_support import REPO, SHIPPED_STACKS, StackMaker
 
 from gpuforge import hardware
 from gpuforge.cli import main
+from gpuforge.images.matrix import load_valid
 from gpuforge.monitoring.sizing import (
     FITS,
     REMOTE_WRITE,
@@ -39,9 +40,17 @@ def test_controller_memory_rows_are_awss_own() -> None:
         assert described[name]["MemoryInfo"]["SizeInMiB"] == mib, name
 
 
-def test_the_measured_figures_name_their_run() -> None:
+def test_the_measured_figures_name_their_run_on_the_pinned_prometheus() -> None:
+    """The figures were measured on the Prometheus release the image matrices pin (the one the
+    controller runs); a new pin needs a new run of the benchmark."""
+    pinned = {
+        load_valid(path)[0].prometheus for path in sorted((REPO / "images" / "matrices").glob("*.yaml"))
+    }
+    versions = {pin.version for pin in pinned if pin is not None}
+    assert len(versions) == 1, versions
     sizing = load_sizing()
-    assert "benchmarks/prometheus_bench.py" in sizing.source and "Prometheus 3.5.3" in sizing.source
+    assert "benchmarks/prometheus_bench.py" in sizing.source
+    assert f"Prometheus {versions.pop()} " in sizing.source
     assert sizing.bytes_per_series > 0 and sizing.node_exporter_series > 0
 
 
