@@ -358,7 +358,11 @@ class SlurmTestCluster:
         user (`DB_USER` with `password`, all rights on `DB_NAME`), as the controller's boot does.
 
         `--innodb-snapshot-isolation=OFF`: MariaDB 11.8 turns it on by default, and slurmdbd
-        26.05.5 then warns at start that it will fail on write conflicts.
+        26.05.5 then warns at start that it will fail on write conflicts. The database is made
+        here, before slurmdbd's first start: left to make it itself, slurmdbd 26.05.5 with
+        libmariadb 3.4.10 (Debian 1:11.8.9+ds-2) failed every query after ("5027 Number of columns
+        in result (=1) set execeeds maxmimum allowed number of columns (=0)") and exited (fatal:
+        _check_mysql_concat_is_sane: null result), seen in this root on 2026-12-04.
         """
         data = self.root / DB_DIR.lstrip("/")
         data.mkdir(parents=True)
