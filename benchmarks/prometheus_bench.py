@@ -1,7 +1,7 @@
 """Prometheus on the controller, scraping 64 and 256 stand-in GPU nodes (issue 21's performance item).
 
-The real Prometheus 3.5.3 (scripts/monitoring-root.sh puts it in .cache/monitoring-root) scrapes,
-on 127.0.0.1, two stand-in exporters per node, as prometheus.yml's two jobs do on a cluster:
+The real Prometheus the image matrices pin (scripts/monitoring-root.sh builds it into the monitoring
+test root: GPUFORGE_MONITORING_ROOT, else .cache/monitoring-root) scrapes, on 127.0.0.1, two stand-in exporters per node, as prometheus.yml's two jobs do on a cluster:
 
 - dcgm-exporter (job gpuforge-dcgm): one series per GPU and field of the field list gpuforge
   renders for p5.48xlarge (gpuforge.monitoring.fields), 8 GPUs, with dcgm-exporter's label set
@@ -19,7 +19,9 @@ marginal bytes per series between the two sizes (the figure gpuforge/data/monito
 keeps), and the largest p5.48xlarge cluster the default controller holds by gpuforge.monitoring.sizing.
 
 node_exporter: Debian forky's prometheus-node-exporter 1.11.1, which scripts/monitoring-root.sh
-unpacks into .cache/monitoring-root beside Prometheus (--node-exporter to give another binary).
+unpacks into the same root beside Prometheus (--prometheus and --node-exporter to give others).
+Its output depends on the machine: every network interface adds about 35 series, so namespaces
+and bridges that other test runs hold at the time are counted too.
 
 Run: .venv/bin/python -P benchmarks/prometheus_bench.py [--nodes 64 256] [--rounds 4]
 """
@@ -49,8 +51,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests/fixtures/node"
-PROMETHEUS = REPO / ".cache/monitoring-root/usr/bin/prometheus"
-NODE_EXPORTER = REPO / ".cache/monitoring-root/usr/bin/prometheus-node-exporter"
+TOOLS = Path(os.environ.get("GPUFORGE_MONITORING_ROOT") or REPO / ".cache/monitoring-root") / "usr/bin"
+PROMETHEUS = TOOLS / "prometheus"
+NODE_EXPORTER = TOOLS / "prometheus-node-exporter"
 INSTANCE = "p5.48xlarge"
 SCRAPE_INTERVAL_S = 10
 WAIT_S = 900.0  # the most one size may take to reach --rounds scrapes of every target

@@ -125,7 +125,7 @@ def prometheus_config(
     if workspace is not None:
         url, workspace_region = remote_write_url(workspace)
         document["remote_write"] = [{"url": url, "sigv4": {"region": workspace_region}}]
-    header = f"# prometheus.yml for cluster {cluster}, rendered by gpuforge for Prometheus 3.5\n"
+    header = f"# prometheus.yml for cluster {cluster}, rendered by gpuforge for Prometheus 3 (the release the image pins)\n"
     return header + yaml.safe_dump(document, sort_keys=False, width=1000)
 
 
@@ -158,8 +158,10 @@ def _remote_write_target(
 
 
 def prometheus_flags(monitoring: MonitoringConfig, *, cluster: str) -> str:
-    """Flags for the controller's Prometheus, one a line: retention is a flag, not a prometheus.yml key
-    (Prometheus 3.5 refuses `storage.tsdb.retention` in the file: 'field retention not found')."""
+    """Flags for the controller's Prometheus, one a line. Retention is the flag, which every Prometheus 3
+    reads; 3.5 refuses `storage.tsdb.retention` in prometheus.yml ('field retention not found'). The
+    pinned 3.13 reads `storage.tsdb.retention.time` from the file too, takes the flag as its default,
+    and marks the flag deprecated in its --help (cmd/prometheus/main.go of module v0.313.2)."""
     flags = [
         f"--storage.tsdb.retention.time={monitoring.retention_days}d",
         "--web.listen-address=127.0.0.1:9090",

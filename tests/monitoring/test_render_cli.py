@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
-from monitoring_support import SHIPPED_STACKS, StackMaker
+from monitoring_support import REPO, SHIPPED_STACKS, StackMaker
 
 from gpuforge.cli import main
+from gpuforge.images.matrix import load_valid
 
 EXPECTED = {
     "prometheus.yml",
@@ -115,3 +117,26 @@ def test_retention_the_controller_disk_cannot_hold_is_exit_2_with_the_figures_an
     err = capsys.readouterr().err
     assert "gpuforge:monitoring.retentionDays = 400" in err and "GiB" in err and "Fix:" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_rendered_files_name_only_the_pinned_prometheus_series(tmp_path: Path) -> None:
+    """A Prometheus version named in a rendered config (a header, a comment) is the pinned release or
+    its series: the configs are written for, and checked by, the Prometheus the image matrices pin.
+    (sizing.json's measured source may name an earlier run; test_sizing checks it names the pin.)"""
+    pinned = {
+        load_valid(path)[0].prometheus for path in sorted((REPO / "images" / "matrices").glob("*.yaml"))
+    }
+    versions = {pin.version for pin in pinned if pin is not None}
+    assert len(versions) == 1, versions
+    parts = versions.pop().split(".")
+    out = tmp_path / "out"
+    assert main(["monitoring", "render", str(SHIPPED_STACKS), "--stack", "p5-prod", "--out", str(out)]) == 0
+    named = {
+        (str(path.relative_to(out)), found)
+        for path in [*out.rglob("*.yml"), out / "prometheus.flags"]
+        for found in re.findall(r"Prometheus (\d+(?:\.\d+){0,2})\b", path.read_text(encoding="utf-8"))
+    }
+    assert named, "no rendered file names the Prometheus it is written for"
+    assert {
+        (name, found) for name, found in named if found.split(".") != parts[: found.count(".") + 1]
+    } == set()
