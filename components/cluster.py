@@ -33,6 +33,9 @@ from gpuforge.components.bucket import DataBucket, DataBucketArgs
 from gpuforge.components.capacity import scale_plan
 from gpuforge.components.controller_monitoring import ControllerMonitoring
 from gpuforge.components.efa_layout import interface_layout
+from gpuforge.components.eks_cluster import EksCluster, EksClusterArgs
+from gpuforge.components.eks_cluster import check as check_eks
+from gpuforge.components.eks_nodes import EksGpuNodeGroup, EksGpuNodeGroupArgs, capacity_block_summary
 from gpuforge.components.lustre import LustreStorage, LustreStorageArgs
 from gpuforge.components.monitoring_resources import MonitoringResources, MonitoringResourcesArgs
 from gpuforge.components.network import ClusterNetwork, ClusterNetworkArgs
@@ -48,6 +51,10 @@ TOKEN = "gpuforge:cluster:GpuCluster"
 CLUSTER_TAG = "gpuforge:cluster"
 # Where the nodes fetch the Slurm key when the VPC reaches AWS APIs through interface endpoints.
 SECRETS_ENDPOINT = "secretsmanager"
+# What private EKS nodes reach through interface endpoints (EKS user guide, "Deploy private clusters with
+# limited internet access": ec2, ecr.api, ecr.dkr, sts, logs; S3 is the gateway endpoint ClusterNetwork makes).
+# https://docs.aws.amazon.com/eks/latest/userguide/private-clusters.html
+EKS_ENDPOINTS = ("ec2", "ecr.api", "ecr.dkr", "sts", "logs")
 
 
 class GpuCluster(pulumi.ComponentResource):
@@ -88,6 +95,9 @@ class GpuCluster(pulumi.ComponentResource):
                 spec.lustre, data_repository_association=link_bucket or spec.lustre.s3_path is not None
             )
         slurm = spec.scheduler.type == "slurm"
+        kubernetes = spec.scheduler.type == "kubernetes"
+        if kubernetes:
+            check_eks(spec.scheduler, None if spec.network.existing else spec.network.vpc_cidr)
         if slurm:
             slurm_controller.check(spec.name, spec.scheduler, slurm_version)
             slurm_controller.check_accounting(
@@ -110,7 +120,7 @@ class GpuCluster(pulumi.ComponentResource):
                 spec.availability_zone,
                 spec.network,
                 tags,
-                extra_endpoint_services=(SECRETS_ENDPOINT,) if slurm else (),
+                extra_endpoint_services=(SECRETS_ENDPOINT,) if slurm else EKS_ENDPOINTS if kubernetes else (),
             ),
             opts=child,
         )
@@ -190,47 +200,86 @@ class GpuCluster(pulumi.ComponentResource):
                 # The controller role's grant on exactly those ARNs.
                 resources.grant(controller.role_name)
 
-        nodes = GpuNodeGroup(
-            f"{name}-nodes",
-            GpuNodeGroupArgs(
-                instance_type=spec.instance_type,
-                node_count=spec.node_count,
-                ami=spec.ami,
-                subnet_id=network.subnet_id,
-                security_group_id=network.security_group_id,
-                capacity=spec.capacity,
-                node_mode=spec.node_mode,
-                placement_group=placement.group_name,
-                file_system=FileSystemMount(lustre.dns_name, lustre.mount_name) if lustre else None,
-                bucket_arn=bucket.arn if bucket else None,
-                bucket_kms_key_arn=spec.bucket.kms_key_arn if spec.bucket else None,
-                imds_hop_limit=spec.imds_hop_limit,
-                root_volume_gib=spec.root_volume_gib,
-                wait_for_capacity_timeout=spec.wait_for_capacity_timeout,
-                slurm=(
-                    SlurmMembership(
-                        controller.conf_server, controller.registration, controller.key_secret_arn
-                    )
-                    if controller
-                    else None
+        node_tags = {
+            **tags,
+            "gpuforge:matrix": spec.ami.matrix_name,
+            "gpuforge:matrix-version": spec.ami.matrix_version,
+            "gpuforge:matrix-digest": spec.ami.matrix_digest,
+        }
+        if kubernetes:
+            eks = EksCluster(
+                f"{name}-eks",
+                EksClusterArgs(
+                    cluster_name=spec.name,
+                    scheduler=spec.scheduler,
+                    vpc_id=network.vpc_id,
+                    vpc_cidr=spec.network.vpc_cidr,
+                    subnet_id=network.subnet_id,
+                    availability_zone=spec.availability_zone,
+                    nodes_security_group_id=network.security_group_id,
+                    tags=tags,
                 ),
-                tags={
-                    **tags,
-                    "gpuforge:matrix": spec.ami.matrix_name,
-                    "gpuforge:matrix-version": spec.ami.matrix_version,
-                    "gpuforge:matrix-digest": spec.ami.matrix_digest,
-                },
-                now=now,
-            ),
-            opts=child,
+                opts=child,
+            )
+            eks_nodes = EksGpuNodeGroup(
+                f"{name}-nodes",
+                EksGpuNodeGroupArgs(
+                    cluster_name=spec.name,
+                    instance_type=spec.instance_type,
+                    node_count=spec.node_count,
+                    ami=spec.ami,
+                    subnet_id=network.subnet_id,
+                    security_group_id=network.security_group_id,
+                    capacity=spec.capacity,
+                    placement_group=placement.group_name,
+                    file_system=FileSystemMount(lustre.dns_name, lustre.mount_name) if lustre else None,
+                    imds_hop_limit=spec.imds_hop_limit,
+                    root_volume_gib=spec.root_volume_gib,
+                    tags=node_tags,
+                ),
+                eks,
+                opts=child,
+            )
+        nodes = (
+            None
+            if kubernetes
+            else GpuNodeGroup(
+                f"{name}-nodes",
+                GpuNodeGroupArgs(
+                    instance_type=spec.instance_type,
+                    node_count=spec.node_count,
+                    ami=spec.ami,
+                    subnet_id=network.subnet_id,
+                    security_group_id=network.security_group_id,
+                    capacity=spec.capacity,
+                    node_mode=spec.node_mode,
+                    placement_group=placement.group_name,
+                    file_system=FileSystemMount(lustre.dns_name, lustre.mount_name) if lustre else None,
+                    bucket_arn=bucket.arn if bucket else None,
+                    bucket_kms_key_arn=spec.bucket.kms_key_arn if spec.bucket else None,
+                    imds_hop_limit=spec.imds_hop_limit,
+                    root_volume_gib=spec.root_volume_gib,
+                    wait_for_capacity_timeout=spec.wait_for_capacity_timeout,
+                    slurm=(
+                        SlurmMembership(
+                            controller.conf_server, controller.registration, controller.key_secret_arn
+                        )
+                        if controller
+                        else None
+                    ),
+                    tags=node_tags,
+                    now=now,
+                ),
+                opts=child,
+            )
         )
 
         none: pulumi.Output[str | None] = pulumi.Output.from_input(None)
         self.placement_group = placement.group_name
         self.subnet_id = network.subnet_id
         self.security_group_id = network.security_group_id
-        self.launch_template_id = nodes.launch_template_id
-        self.node_group = nodes.node_group
+        self.launch_template_id = nodes.launch_template_id if nodes else eks_nodes.launch_template_id
+        self.node_group = nodes.node_group if nodes else eks_nodes.node_group
         self.file_system_dns_name = lustre.dns_name if lustre else none
         self.file_system_mount_name = lustre.mount_name if lustre else none
         self.bucket = bucket.bucket_name if bucket else none
@@ -262,6 +311,7 @@ class GpuCluster(pulumi.ComponentResource):
                     lustre_s3_link=s3_link,
                 ),
                 "scheduler": _scheduler_summary(spec, slurm_version, controller, values[1]),
+                "kubernetes": _kubernetes_summary(spec) if kubernetes else None,
                 "monitoring": _monitoring_summary(
                     monitoring if controller else None, values[2], workspace=values[3], topic=values[4]
                 ),
@@ -299,6 +349,20 @@ def _scheduler_summary(
             {"name": partition.name, "max_time": partition.max_time, "default": partition.default}
             for partition in (scheduler.effective_partitions if controller else ())
         ],
+    }
+
+
+def _kubernetes_summary(spec: GpuClusterSpec) -> dict[str, Any]:
+    """The summary's `kubernetes` on an EKS cluster: version, system nodes, and a Capacity Block's EKS scale-down."""
+    scheduler = spec.scheduler
+    return {
+        "version": scheduler.kubernetes_version,
+        "endpoint_access": "private",
+        "authentication_mode": "API",
+        "system_node_type": scheduler.system_node_type,
+        "admin_role_arn": scheduler.admin_role_arn,
+        "gpu_node_group": "managed, custom AMI (launch template)",
+        "capacity_block_scale_down": capacity_block_summary(spec.capacity),
     }
 
 

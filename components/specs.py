@@ -386,7 +386,7 @@ class GpuClusterSpec(_Spec):
         return cls.model_validate(dict(data))
 
 
-SchedulerType = Literal["slurm", "none"]
+SchedulerType = Literal["slurm", "kubernetes", "none"]
 AccountingDatabase = Literal["local", "aurora"]
 # Partition names, MaxTime and the controller's instance type are checked by the rules in
 # gpuforge.scheduler.slurm_values, which the renderer applies again to every value it writes.
@@ -636,9 +636,19 @@ class SchedulerSpec(_Spec):
     accounting: AccountingSpec = AccountingSpec()
     qos: tuple[QosSpec, ...] = ()
     teams: tuple[TeamSpec, ...] = ()
+    # type: kubernetes (EKS): the control plane's exact version, the CPU type of the system node group,
+    # and the IAM role given cluster-admin through an EKS access entry (components.eks_cluster).
+    kubernetes_version: str | None = None
+    system_node_type: str | None = None
+    admin_role_arn: str | None = None
 
     @model_validator(mode="after")
     def _rules(self) -> Self:
+        if self.type == "kubernetes":
+            check_kubernetes(self)
+            _check_accounts(self.qos, self.teams)
+            return self
+        _refuse_given(self, _KUBERNETES_KEYS, "slurm or none", "they configure EKS; set type: kubernetes")
         if self.type == "none":
             given = [
                 key
@@ -702,6 +712,77 @@ class SchedulerSpec(_Spec):
             return self.partitions
         first, *rest = self.partitions
         return (first.model_copy(update={"default": True}), *rest)
+
+
+# The keys of one scheduler type that another refuses: (config key, field).
+_KUBERNETES_KEYS = (
+    ("kubernetesVersion", "kubernetes_version"),
+    ("systemNodeType", "system_node_type"),
+    ("adminRoleArn", "admin_role_arn"),
+)
+_SLURM_ONLY_KEYS = (
+    ("controllerInstanceType", "controller_instance_type"),
+    ("partitions", "partitions"),
+    ("accounting", "accounting"),
+)
+# EKS takes a Kubernetes minor version ("1.33"), never a patch: https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateCluster.html
+_KUBERNETES_VERSION = re.compile(r"1\.[0-9]{1,2}")
+_ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]{1,512}")
+
+
+def _refuse_given(scheduler: SchedulerSpec, keys: tuple[tuple[str, str], ...], type_name: str, why: str) -> None:
+    given = [
+        key
+        for key, field in keys
+        if field in scheduler.model_fields_set and getattr(scheduler, field) not in (None, ())
+    ]
+    if given:
+        raise invalid(
+            "scheduler",
+            {"type": scheduler.type, "given": given},
+            f"{', '.join(given)} is not a key of a {type_name} scheduler ({why})",
+            f"remove {', '.join(given)}",
+        )
+
+
+def check_kubernetes(scheduler: SchedulerSpec) -> None:
+    """The rules of `type: kubernetes`: exact version, a system node type, an admin role; no Slurm-only key.
+
+    Teams and QOS stay: the Kueue queues and priority classes are rendered from them (gpuforge.kubernetes).
+    """
+    _refuse_given(
+        scheduler, _SLURM_ONLY_KEYS, "kubernetes", "Slurm's controller, partitions and slurmdbd; EKS has none"
+    )
+    version = scheduler.kubernetes_version
+    if version is None or not _KUBERNETES_VERSION.fullmatch(version):
+        raise invalid(
+            "scheduler.kubernetesVersion",
+            version,
+            "an EKS cluster is created at an exact Kubernetes minor version, written like 1.33",
+            "set kubernetesVersion to a version EKS supports, e.g. 1.33",
+            source="https://docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html",
+        )
+    if scheduler.system_node_type is None:
+        raise invalid(
+            "scheduler.systemNodeType",
+            None,
+            "the system add-ons (Kueue, CoreDNS, the device plugins' controllers) run on a CPU node group",
+            "set systemNodeType, e.g. m7i.xlarge",
+        )
+    slurm_values.INSTANCE_TYPE.check(
+        scheduler.system_node_type,
+        field="scheduler.systemNodeType",
+        fix="give a CPU instance type AWS sells, such as m7i.xlarge",
+    )
+    if scheduler.admin_role_arn is None or not _ROLE_ARN.fullmatch(scheduler.admin_role_arn):
+        raise invalid(
+            "scheduler.adminRoleArn",
+            scheduler.admin_role_arn,
+            "the cluster's only admin is the IAM role of an EKS access entry (authentication mode API, no "
+            "aws-auth ConfigMap), given as a role ARN",
+            "set adminRoleArn to arn:aws:iam::<account>:role/<name>",
+            source="https://docs.aws.amazon.com/eks/latest/userguide/access-entries.html",
+        )
 
 
 # GpuClusterSpec names SchedulerSpec, which is defined after it.

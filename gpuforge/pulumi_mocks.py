@@ -708,7 +708,50 @@ def _rds_named(kind: str, key: str) -> Answer:
     return answer
 
 
+def _kms_key(mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex) -> tuple[str, dict[str, Any]]:
+    key_id = hexes.uuid("key")
+    return key_id, {"keyId": key_id, "arn": mocks.arn("kms", f"key/{key_id}")}
+
+
+def _eks_cluster(
+    mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex
+) -> tuple[str, dict[str, Any]]:
+    # The endpoint has DescribeCluster's shape, https://<32 hex>.<3 characters>.<region>.eks.amazonaws.com
+    # (https://docs.aws.amazon.com/eks/latest/APIReference/API_DescribeCluster.html, example response), and
+    # EKS makes the cluster security group eks-cluster-sg-<name>-<digits>. The CA is a placeholder, not a certificate.
+    cluster = _autoname(name, hexes, inputs)
+    vpc_config = dict(inputs.get("vpcConfig") or {})
+    vpc_config["clusterSecurityGroupId"] = hexes.ec2_id("sg", "cluster-sg")
+    vpc_config["vpcId"] = hexes.ec2_id("vpc", "cluster-vpc")
+    ca = base64.b64encode(f"mock CA of {cluster}".encode()).decode("ascii")
+    return cluster, {
+        "name": cluster,
+        "arn": mocks.arn("eks", f"cluster/{cluster}"),
+        "endpoint": f"https://{hexes.digits(32, 'endpoint').upper()}.gr7.{mocks.region}.eks.amazonaws.com",
+        "certificateAuthority": {"data": ca},
+        "vpcConfig": vpc_config,
+        "status": "ACTIVE",
+    }
+
+
+def _eks_node_group(
+    mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex
+) -> tuple[str, dict[str, Any]]:
+    # EKS names the group's Auto Scaling group eks-<node group>-<uuid>.
+    group = _autoname(name, hexes, inputs, "nodeGroupName")
+    cluster = str(inputs.get("clusterName", ""))
+    return f"{cluster}:{group}", {
+        "nodeGroupName": group,
+        "arn": mocks.arn("eks", f"nodegroup/{cluster}/{group}/{hexes.uuid('ng')}"),
+        "resources": [{"autoscalingGroups": [{"name": f"eks-{group}-{hexes.uuid('asg')}"}]}],
+        "status": "ACTIVE",
+    }
+
+
 _RESOURCE_ANSWERS: dict[str, Answer] = {
+    "aws:kms/key:Key": _kms_key,
+    "aws:eks/cluster:Cluster": _eks_cluster,
+    "aws:eks/nodeGroup:NodeGroup": _eks_node_group,
     "aws:ec2/vpc:Vpc": _vpc,
     "aws:ec2/subnet:Subnet": _subnet,
     "aws:ec2/securityGroup:SecurityGroup": _security_group,

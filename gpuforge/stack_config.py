@@ -219,6 +219,9 @@ class _SchedulerKeys(_Strict):
     accounting: _AccountingKeys | None = None
     qos: list[_QosKeys] = Field(default_factory=list)
     teams: list[_TeamKeys] = Field(default_factory=list)
+    kubernetes_version: StrictStr | None = Field(default=None, alias="kubernetesVersion")
+    system_node_type: StrictStr | None = Field(default=None, alias="systemNodeType")
+    admin_role_arn: StrictStr | None = Field(default=None, alias="adminRoleArn")
 
     def spec(self) -> SchedulerSpec:
         """The SchedulerSpec of these keys; a key left out stays unset, so `type: none` refuses only what was written."""
