@@ -63,6 +63,8 @@ def prometheus_with_history(openmetrics: str, folder: Path) -> Iterator[str]:
                 str(tool("prometheus")),
                 f"--config.file={config}",
                 f"--storage.tsdb.path={data}",
+                # History of a fixed date (the real accounting fixtures') stays queryable however old it gets.
+                "--storage.tsdb.retention.time=36500d",
                 f"--web.listen-address=127.0.0.1:{port}",
             ],
             stdout=sink,
