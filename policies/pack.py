@@ -15,6 +15,12 @@ from gpuforge import __version__
 from gpuforge.policies.rules_accounting import RDS_DATABASE_HARDENED, RDS_NOT_PUBLIC, RDS_TLS_REQUIRED
 from gpuforge.policies.rules_ami import AMI_PINNED, DRIVER_BRANCH_EOL
 from gpuforge.policies.rules_bucket_policies import S3_NO_PUBLIC_PRINCIPAL, S3_TLS_ONLY
+from gpuforge.policies.rules_eks import (
+    EKS_ACCESS_ENTRIES,
+    EKS_CONTROL_PLANE_LOGS,
+    EKS_PRIVATE_ENDPOINT,
+    EKS_SECRETS_ENCRYPTED,
+)
 from gpuforge.policies.rules_iam import IAM_NO_WILDCARD
 from gpuforge.policies.rules_node_access import IMDS_HOP_LIMIT, NO_SSH_KEY
 from gpuforge.policies.rules_nodes import (
@@ -62,4 +68,8 @@ POLICIES: Final[list[Policy]] = [
     RDS_DATABASE_HARDENED,
     RDS_NOT_PUBLIC,
     RDS_TLS_REQUIRED,
+    EKS_PRIVATE_ENDPOINT,
+    EKS_SECRETS_ENCRYPTED,
+    EKS_CONTROL_PLANE_LOGS,
+    EKS_ACCESS_ENTRIES,
 ]

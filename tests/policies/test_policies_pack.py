@@ -52,6 +52,10 @@ MANDATORY = {
     "rds-database-hardened",
     "rds-not-public",
     "rds-tls-required",
+    "eks-private-endpoint",
+    "eks-secrets-encrypted",
+    "eks-control-plane-logs",
+    "eks-access-entries",
 }
 ADVISORY = {"p-family-capacity", "cost-allocation-tags", "driver-branch-eol", "slurm-controller-cpu"}
 STARTUP_TIMEOUT_S = 30.0
