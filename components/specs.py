@@ -567,15 +567,15 @@ def _check_accounts(qos: tuple[QosSpec, ...], teams: tuple[TeamSpec, ...]) -> No
     for team in teams:
         for user in team.users:
             memberships.setdefault(user.name, []).append((team.name, user.default))
-    for user, where in sorted(memberships.items()):
+    for name, where in sorted(memberships.items()):
         defaults = [team for team, default in where if default]
         if len(where) > 1 and len(defaults) != 1:
             raise invalid(
-                f"scheduler.teams.users[{user}]",
+                f"scheduler.teams.users[{name}]",
                 {team: default for team, default in where},
-                f"{user} is in {len(where)} teams ({', '.join(team for team, _ in where)}) and marked default in "
+                f"{name} is in {len(where)} teams ({', '.join(team for team, _ in where)}) and marked default in "
                 f"{len(defaults)}; Slurm charges a job that names no account to the user's one DefaultAccount",
-                f"write {{name: {user}, default: true}} in exactly one of those teams",
+                f"write {{name: {name}, default: true}} in exactly one of those teams",
                 source=_SACCTMGR_DOC,
             )
 
@@ -730,7 +730,9 @@ _KUBERNETES_VERSION = re.compile(r"1\.[0-9]{1,2}")
 _ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]{1,512}")
 
 
-def _refuse_given(scheduler: SchedulerSpec, keys: tuple[tuple[str, str], ...], type_name: str, why: str) -> None:
+def _refuse_given(
+    scheduler: SchedulerSpec, keys: tuple[tuple[str, str], ...], type_name: str, why: str
+) -> None:
     given = [
         key
         for key, field in keys

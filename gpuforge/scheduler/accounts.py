@@ -24,12 +24,14 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gpuforge.display import cut
 from gpuforge.errors import GpuforgeError, InputError
+from gpuforge.loading import MAX_DATA_BYTES, parse_json, read_text
 from gpuforge.scheduler import slurm_values
 
 if TYPE_CHECKING:
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 
 # The mark on what gpuforge made (an account's Organization, a QOS's Description).
 MARKER = "gpuforge"
-FORMAT = 1
+FORMAT: Literal[1] = 1
 DEFAULT_ACCOUNTS_PATH = "/etc/slurm/gpuforge-accounts.json"
 SACCTMGR_TIMEOUT_S = 60
 GPU_TRES = "gres/gpu"
@@ -176,6 +178,18 @@ def parse_state(text: str, where: str) -> AccountsState:
     return state.check(where)
 
 
+def read_accounts_file(path: Path) -> AccountsState:
+    """The rendered gpuforge-accounts.json at `path`; InputError (exit 2) for a missing or bad file."""
+    fix = (
+        "render it with `gpuforge scheduler render` (the controller installs it as "
+        + DEFAULT_ACCOUNTS_PATH
+        + ")"
+    )
+    text = read_text(path, what="accounts file", max_bytes=MAX_DATA_BYTES, fix=fix)
+    parse_json(text, source=str(path), fix=fix)  # duplicate keys, depth, non-finite numbers
+    return parse_state(text, str(path))
+
+
 # --- What Slurm holds now ---------------------------------------------------------------
 
 
@@ -234,12 +248,17 @@ def _gpu_quota(tres: str) -> int | None:
 
 # Each query: its sacctmgr arguments and its column count.
 QOS_QUERY = ("show", "qos", "format=Name,Priority,Preempt,PreemptMode,Description")
-ACCOUNT_QUERY = ("show", "account", "format=Account,Organization")
+ACCOUNT_QUERY = ("show", "account", "format=Account,Organization,Description")
 USER_QUERY = ("show", "user", "format=User,DefaultAccount")
 
 
-def _assoc_query(cluster: str) -> tuple[str, ...]:
-    return ("show", "assoc", f"cluster={cluster}", "format=Account,User,GrpTRES,QOS,DefaultQOS")
+def assoc_query(cluster: str) -> tuple[str, ...]:
+    return (
+        "show",
+        "assoc",
+        f"cluster={cluster}",
+        "format=Cluster,Account,User,ParentName,GrpTRES,QOS,DefaultQOS",
+    )
 
 
 def read_current(run: Runner, cluster: str) -> CurrentState:
@@ -252,11 +271,15 @@ def read_current(run: Runner, cluster: str) -> CurrentState:
         row[0]: CurrentQos(row[0], int(row[1] or 0), _names(row[2]), row[3], row[4])
         for row in _rows(run(QOS_QUERY), 5, " ".join(QOS_QUERY))
     }
-    organizations = {row[0]: row[1] for row in _rows(run(ACCOUNT_QUERY), 2, " ".join(ACCOUNT_QUERY))}
+    organizations = {row[0]: row[1] for row in _rows(run(ACCOUNT_QUERY), 3, " ".join(ACCOUNT_QUERY))}
     accounts: dict[str, CurrentAccount] = {}
     user_accounts: dict[str, list[str]] = {}
-    assoc_query = _assoc_query(cluster)
-    for account, user, tres, qos_list, default_qos in _rows(run(assoc_query), 5, " ".join(assoc_query)):
+    query = assoc_query(cluster)
+    for row_cluster, account, user, _parent, tres, qos_list, default_qos in _rows(
+        run(query), 7, " ".join(query)
+    ):
+        if row_cluster != cluster:
+            continue
         if user:
             user_accounts.setdefault(user, []).append(account)
         else:
@@ -326,10 +349,10 @@ def plan_changes(desired: AccountsState, current: CurrentState) -> list[Change]:
             "Fix: rename the team or QOS in gpuforge:scheduler, or hand it to gpuforge with `sacctmgr modify "
             f"account NAME set Organization={MARKER}` (or `modify qos NAME set Description={MARKER}`)."
         )
-    # QOS: made first without Preempt (a preempted QOS must exist), then set whole.
+    # QOS: every missing one made first without Preempt (sacctmgr refuses a Preempt naming a QOS that does not
+    # exist yet: "You gave a bad qos"), then each set whole where it differs.
     for level in desired.qos:
-        now = current.qos.get(level.name)
-        if now is None:
+        if level.name not in current.qos:
             changes.append(
                 Change(
                     f"add QOS {level.name} (priority {level.priority})",
@@ -343,6 +366,8 @@ def plan_changes(desired: AccountsState, current: CurrentState) -> list[Change]:
                     ),
                 )
             )
+    for level in desired.qos:
+        now = current.qos.get(level.name)
         if now is None and not level.preempt:
             continue
         if now is None or (now.priority, now.preempt, now.preempt_mode) != (
@@ -352,7 +377,8 @@ def plan_changes(desired: AccountsState, current: CurrentState) -> list[Change]:
         ):
             changes.append(
                 Change(
-                    f"set QOS {level.name}: priority {level.priority}, preempts {', '.join(level.preempt) or 'none'} (requeued)",
+                    f"set QOS {level.name}: priority {level.priority}, "
+                    f"preempts {', '.join(level.preempt) or 'none'} (requeued)",
                     ("modify", "qos", "where", f"name={level.name}", "set", *_qos_settings(level)),
                 )
             )

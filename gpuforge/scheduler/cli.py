@@ -8,6 +8,11 @@ checked whole first and holds one cluster's set only (`gpuforge.rendered_set`). 
 stack's Pulumi program builds: the same name, instance type, node bound, controller
 host and address (`gpuforge.components.slurm_controller`), so what is written here is
 what `pulumi up` puts on the controller. Exit 0, or 2 with the field and the fix.
+
+`gpuforge scheduler sync-accounts [--accounts FILE] [--dry-run]` (on the controller) makes Slurm's
+teams, users and QOS equal to the rendered gpuforge-accounts.json with sacctmgr
+(`gpuforge.scheduler.accounts`). Exit 0 when nothing changed or all applied, 1 when sacctmgr
+failed (run again), 2 for a bad file or a name gpuforge did not make.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 
 # Saved topology responses are small (100 instances a page, a few hundred bytes each): the data cap fits.
 from gpuforge.loading import MAX_DATA_BYTES, load_json
+from gpuforge.scheduler.accounts import DEFAULT_ACCOUNTS_PATH
 
 
 def register(subparsers: Any) -> None:
@@ -77,6 +83,25 @@ def register(subparsers: Any) -> None:
         help="the topology.conf slurmctld reads (default: %(default)s)",
     )
     sync.set_defaults(handler=_sync)
+    accounts = commands.add_parser(
+        "sync-accounts",
+        help="on the controller: apply the stack's teams, users and QOS to Slurm's database with sacctmgr",
+        description="Makes Slurm's accounts (teams, with GrpTRES=gres/gpu quotas), users and QOS equal to the "
+        "rendered gpuforge-accounts.json, idempotently; removes only accounts and QOS gpuforge made. Exit 0 when "
+        "nothing changed or all applied; 1 when sacctmgr failed (run again); 2 for a bad file or a team/QOS name "
+        "that Slurm already has and gpuforge did not make.",
+    )
+    accounts.add_argument(
+        "--accounts",
+        type=Path,
+        default=Path(DEFAULT_ACCOUNTS_PATH),
+        metavar="FILE",
+        help="the rendered desired state (default: %(default)s, where the controller installs it)",
+    )
+    accounts.add_argument(
+        "--dry-run", action="store_true", help="print the sacctmgr commands without running them"
+    )
+    accounts.set_defaults(handler=_sync_accounts)
 
 
 def _read_topology(path: Path) -> object:
@@ -135,4 +160,12 @@ def _sync(args: argparse.Namespace) -> int:
         f"{result.nodes_seen} running node(s); switches added: {', '.join(result.switches_added) or 'none'}; "
         f"placed: {', '.join(f'{node} under {leaf}' for node, leaf in result.placed.items()) or 'none'}"
     )
+    return 0
+
+
+def _sync_accounts(args: argparse.Namespace) -> int:
+    from gpuforge.scheduler.accounts import read_accounts_file, run_sacctmgr, sync
+
+    desired = read_accounts_file(args.accounts)
+    sync(desired, run_sacctmgr, dry_run=args.dry_run, report=print)
     return 0

@@ -59,7 +59,7 @@ ConfigFile = Literal[
     "slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", "slurmdbd.conf", "gpuforge-accounts.json"
 ]
 # The desired accounts, users and QOS (gpuforge.scheduler.accounts), beside slurm.conf on the controller.
-ACCOUNTS_FILE = "gpuforge-accounts.json"
+ACCOUNTS_FILE: Literal["gpuforge-accounts.json"] = "gpuforge-accounts.json"
 # A QOS's priority counts this much in a job's priority (PriorityWeightQOS x the QOS's normalised priority,
 # https://slurm.schedmd.com/priority_multifactor.html): above every other factor, which gpuforge leaves at 0,
 # so a production job always starts before a research job. The same weight AWS ParallelCluster's docs and
