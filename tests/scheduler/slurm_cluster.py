@@ -339,9 +339,11 @@ class SlurmTestCluster:
         """MariaDB and slurmdbd for a controller named `host`, as the controller boots them.
 
         slurmdbd reads `dbd_conf`, else the slurmdbd.conf already written to /etc/slurm (the
-        rendered one), else a stand-in, with the password line added as the boot adds it.
+        rendered one), with the password line added as the boot adds it.
         """
-        conf = dbd_conf or self.read_file("slurmdbd.conf") or _slurmdbd_conf_stand_in(host)
+        conf = dbd_conf or self.read_file("slurmdbd.conf")
+        if not conf:
+            raise ClusterError("slurm.conf keeps accounting in slurmdbd, but no slurmdbd.conf was written")
         self.write_hosts(host)
         self.start_database(password, timeout=timeout)
         self.start_slurmdbd(host, conf + storage_pass(password), timeout=timeout)
@@ -629,9 +631,7 @@ def start_accounting_cluster(
         ),
     )
     files: dict[str, str] = dict(render_files(spec))
-    dbd_conf = files.pop("slurmdbd.conf", None) or _slurmdbd_conf_stand_in(CONTROLLER)
-    if not wants_slurmdbd(files["slurm.conf"]):
-        files["slurm.conf"] += _accounting_stand_in(CONTROLLER)
+    dbd_conf = files.pop("slurmdbd.conf")
     cluster.make_gpus(gpus_per_node)
     cluster.write_key()
     cluster.write_files(files)
@@ -654,37 +654,6 @@ def start_accounting_cluster(
             daemon=node,
         )
     return AccountingCluster(cluster, spec, nodes)
-
-
-def _accounting_stand_in(host: str) -> str:
-    """slurm.conf's accounting lines (issue 22's contract) until gpuforge's renderer writes them."""
-    return (
-        f"{ACCOUNTING_SLURMDBD}\n"
-        f"AccountingStorageHost={host}\n"
-        "AccountingStorageTRES=gres/gpu\n"
-        "AccountingStorageEnforce=associations,limits,qos,safe\n"
-        "JobAcctGatherType=jobacct_gather/cgroup\n"
-        "PriorityType=priority/multifactor\n"
-        "PriorityWeightQOS=10000\n"
-        "PreemptType=preempt/qos\n"
-        "PreemptMode=REQUEUE\n"
-    )
-
-
-def _slurmdbd_conf_stand_in(host: str) -> str:
-    """slurmdbd.conf without its password until gpuforge's renderer writes it."""
-    return (
-        "AuthType=auth/slurm\n"
-        f"DbdHost={host}\n"
-        "SlurmUser=slurm\n"
-        "LogFile=/var/log/slurm/slurmdbd.log\n"
-        "PidFile=/run/slurmdbd/slurmdbd.pid\n"
-        "StorageType=accounting_storage/mysql\n"
-        "StorageHost=localhost\n"
-        f"StoragePort={DB_PORT}\n"
-        f"StorageUser={DB_USER}\n"
-        f"StorageLoc={DB_NAME}\n"
-    )
 
 
 # -- one slurmctld reading a config, for tests of what Slurm makes of a rendered file -------
@@ -719,21 +688,23 @@ class ControllerRead:
         ]
 
 
-def _reader_with_accounting(cluster: SlurmTestCluster, host: str, address: str) -> list[str]:
+def _reader_with_accounting(
+    cluster: SlurmTestCluster, files: dict[str, str], host: str, address: str
+) -> list[str]:
     """How `read_by_slurmctld` starts a slurmctld that keeps accounting: in the cluster's
-    controller namespace, which gains `address` and, at the first read, MariaDB and a slurmdbd
-    that every later read's slurmctld registers its cluster with (DbdHost=localhost, so one
-    slurmdbd serves whatever host name a read gives). A cluster used for reads runs no controller."""
+    controller namespace, which gains `address` and, at the first read, MariaDB and slurmdbd (the
+    first read's slurmdbd.conf and host name), which every later read's slurmctld registers its
+    cluster with: slurmdbd checks DbdHost against its host name only when it starts, and each
+    read's AccountingStorageHost names an address of this namespace. A cluster used for reads
+    runs no controller."""
     netns = cluster.controller_namespace()
     namespace = Path(netns).name
     shown = _run(["ip", "netns", "exec", namespace, "ip", "-o", "addr", "show", "dev", "eth0"]).stdout
     if f" {address}/" not in shown:
         _run(["ip", "netns", "exec", namespace, "ip", "addr", "add", f"{address}/32", "dev", "eth0"])
     if DBD not in cluster.procs:
-        cluster.start_accounting_backend(
-            "localhost", dbd_conf=_slurmdbd_conf_stand_in("localhost"), timeout=60
-        )
-    # start_accounting_backend named localhost in /etc/hosts; the read names its controller.
+        cluster.start_accounting_backend(host, dbd_conf=files.get("slurmdbd.conf"), timeout=60)
+    # start_accounting_backend named the host at address 1 in /etc/hosts; the read names `address`.
     (cluster.root / "etc/hosts").write_text(f"127.0.0.1 localhost\n{address} {host}\n", encoding="utf-8")
     return [
         "nsenter",
@@ -769,7 +740,7 @@ def read_by_slurmctld(
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     log = cluster.base / "slurmctld-read.out"
     if wants_slurmdbd(files.get("slurm.conf", "")):
-        argv = _reader_with_accounting(cluster, host, address)
+        argv = _reader_with_accounting(cluster, files, host, address)
     else:
         script = (
             'hostname "$0" && ip link set lo up && ip link add a0 type veth peer name a1 && '
