@@ -170,3 +170,19 @@ def test_bad_names_and_values_are_refused_with_their_key(
     tmp_path: Path, change: dict[str, Any], field: str
 ) -> None:
     assert field in _refused(tmp_path, _scheduler(**change))
+
+
+def test_a_cluster_built_in_code_refuses_a_quota_above_its_gpus_too() -> None:
+    """GpuClusterSpec applies the same quota rule as the stack config (one function, check_team_quotas)."""
+    from components_helpers import cluster_spec
+
+    scheduler = SchedulerSpec(
+        type="slurm",
+        controller_instance_type="m7i.2xlarge",
+        teams=[{"name": "llm", "users": ["alice"], "gpu_quota": 17}],  # type: ignore[list-item]
+    )
+    with pytest.raises(
+        InputError, match=r"scheduler.teams\[llm\].gpuQuota = 17: the quota is above the cluster's 16"
+    ):
+        cluster_spec(scheduler=scheduler)
+    assert cluster_spec(scheduler=scheduler.model_copy(update={"teams": ()})).scheduler.teams == ()
