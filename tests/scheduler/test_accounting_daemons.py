@@ -1,7 +1,8 @@
 """Slurm accounting on a real database: MariaDB, slurmdbd, slurmctld and two GPU nodes.
 
 What is proved with the real daemons of the Slurm test root (tests/scheduler/slurm_cluster.py,
-`start_accounting_cluster`): jobs with known GPU counts and durations are in `sacct` with
+`start_accounting_cluster`): `gpuforge scheduler sync-accounts` applies the rendered teams,
+users and QOS with the real sacctmgr, and a second run changes nothing; jobs with known GPU counts and durations are in `sacct` with
 `gres/gpu` in their allocated TRES; a research job is requeued, not killed, when a production
 job needs its GPUs; a team at its GPU quota (GrpTRES=gres/gpu=N) pends with Slurm's own reason;
 a job of a user or account Slurm does not know is refused (AccountingStorageEnforce); a node
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from slurm_cluster import (
     AccountingCluster,
     SlurmTestCluster,
     open_cluster,
+    run_with_cluster_clients,
     start_accounting_cluster,
     unavailable_reason,
 )
@@ -40,7 +43,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(_SKIP is not None, reason=_SK
 
 PASSWORD = "test#only\\pw'\"x"
 # Teams as the stack config names them: llm may use both QOS (production first, its default),
-# vision only research, with a quota of one GPU. mallory is a Unix user with no association.
+# vision only research, with a quota of one GPU; applied by `gpuforge scheduler sync-accounts`
+# from the rendered gpuforge-accounts.json. mallory is a Unix user with no association.
 SCHEDULER = SchedulerSpec(
     type="slurm",
     controller_instance_type="m7i.2xlarge",
@@ -59,34 +63,17 @@ SCHEDULER = SchedulerSpec(
     ),
 )
 UNKNOWN_USER = "mallory"
+GPUFORGE = REPO / ".venv/bin/gpuforge"
 FINAL = ("COMPLETED", "CANCELLED", "FAILED", "PREEMPTED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY")
 
 
-def _set_up_teams(cluster: SlurmTestCluster) -> None:
-    """SCHEDULER's QOS, accounts with their GPU quota, and users, with sacctmgr (the state
-    `gpuforge scheduler sync-accounts` applies)."""
-    cluster.add_users(*(user.name for team in SCHEDULER.teams for user in team.users), UNKNOWN_USER)
-    for level in reversed(SCHEDULER.qos):  # a QOS is made before the QOS that preempts it
-        preempts = [f"preempt={','.join(level.preempts)}"] if level.preempts else []
-        cluster.client(
-            ["sacctmgr", "--immediate", "add", "qos", level.name, f"priority={level.priority}", *preempts]
-        )
-    for team in SCHEDULER.teams:
-        cluster.client(
-            [
-                "sacctmgr",
-                "--immediate",
-                "add",
-                "account",
-                team.name,
-                "organization=gpuforge",
-                f"grptres=gres/gpu={team.gpu_quota}",
-                f"qos={','.join(team.qos)}",
-                f"defaultqos={team.qos[0]}",
-            ]
-        )
-        for user in team.users:
-            cluster.client(["sacctmgr", "--immediate", "add", "user", user.name, f"account={team.name}"])
+def _sync_accounts(cluster: SlurmTestCluster) -> subprocess.CompletedProcess[str]:
+    """`gpuforge scheduler sync-accounts` as the controller runs it: the rendered gpuforge-accounts.json
+    (written to /etc/slurm with the other files), sacctmgr of this cluster on PATH."""
+    accounts = cluster.root / "etc/slurm/gpuforge-accounts.json"
+    return run_with_cluster_clients(
+        cluster, [str(GPUFORGE), "scheduler", "sync-accounts", "--accounts", str(accounts)], timeout=120
+    )
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +81,9 @@ def acct(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AccountingCluster
     with open_cluster(tmp_path_factory.mktemp("accounting"), ROOT, REPO / "gpuforge") as cluster:
         # A name with a hyphen, like p5-prod: slurmdbd names the cluster's tables after it.
         started = start_accounting_cluster(cluster, name="gf-acct", password=PASSWORD, scheduler=SCHEDULER)
-        _set_up_teams(cluster)
+        cluster.add_users(*(user.name for team in SCHEDULER.teams for user in team.users), UNKNOWN_USER)
+        applied = _sync_accounts(cluster)
+        assert applied.returncode == 0, applied.stdout + applied.stderr
         yield started
 
 
@@ -203,6 +192,28 @@ def test_a_team_at_its_gpu_quota_pends_with_slurms_reason(acct: AccountingCluste
     # Three GPUs are free, but vision's GrpTRES=gres/gpu=1 is used up.
     assert (waiting["JobState"], waiting["Reason"]) == ("PENDING", "AssocGrpGRES"), waiting
     _all_idle(acct)
+
+
+def test_sync_accounts_applied_the_teams_and_a_second_run_changes_nothing(acct: AccountingCluster) -> None:
+    cluster = acct.cluster
+    shown = cluster.client(
+        [
+            "sacctmgr",
+            "--noheader",
+            "--parsable2",
+            "show",
+            "assoc",
+            "format=Account,User,GrpTRES,QOS,DefaultQOS",
+        ]
+    ).stdout.splitlines()
+    for team in SCHEDULER.teams:
+        qos = ",".join(sorted(team.qos))
+        assert f"{team.name}||gres/gpu={team.gpu_quota}|{qos}|{team.qos[0]}" in shown, shown
+        for user in team.users:
+            assert any(line.startswith(f"{team.name}|{user.name}|") for line in shown), shown
+    again = _sync_accounts(cluster)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "nothing to change" in again.stdout + again.stderr, again.stdout + again.stderr
 
 
 def test_jobs_of_unknown_users_and_accounts_are_refused(acct: AccountingCluster) -> None:
