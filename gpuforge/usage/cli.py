@@ -97,13 +97,13 @@ def _usage(args: argparse.Namespace) -> int:
     from gpuforge import hardware
     from gpuforge.monitoring.config import stack_monitoring_config
     from gpuforge.stack_config import load_stack_config
+    from gpuforge.svg import write_plot
     from gpuforge.usage import events, metrics, prices, sacct
     from gpuforge.usage.cost import capacity_block_rate, on_demand_rate
     from gpuforge.usage.plot import render_svg
     from gpuforge.usage.report import GROUPINGS, UsageReport, failures, group_jobs, render_text
     from gpuforge.usage.reservations import reserved
     from gpuforge.usage.window import window as make_window
-    from gpuforge.validate.cli import write_plot
 
     if args.by not in GROUPINGS:
         raise InputError(

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from html import escape
 
+from gpuforge.svg import document
 from gpuforge.usage.report import Group, UsageReport
-from gpuforge.validate.report import _svg
 
 SERIES = {  # series -> colour
     "useful": "#2ca02c",
@@ -66,4 +66,4 @@ def render_svg(report: UsageReport, teams: list[Group], *, width: int = 720, hei
         parts.append(
             f'<text x="{width - margin}" y="{margin + 15 * index}" text-anchor="end" fill="{colour}">{series}</text>'
         )
-    return _svg(width, height, parts)
+    return document(width, height, parts)

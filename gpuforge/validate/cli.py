@@ -118,6 +118,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _emit(report: Any, args: argparse.Namespace) -> int:
+    from gpuforge.svg import write_plot
     from gpuforge.validate.report import render_svg, render_text
 
     if args.plot is not None:
@@ -178,17 +179,6 @@ def read_output(path: Path) -> str:
         max_bytes=MAX_OUTPUT_BYTES,
         fix="pass the file the job's stdout was saved to",
     )
-
-
-def write_plot(path: Path, svg: str) -> None:
-    from gpuforge.atomic import write_text_atomic
-
-    try:
-        write_text_atomic(path, svg)
-    except OSError as error:
-        raise InputError(
-            f"--plot {path}: cannot write the file ({error.strerror}). Fix: pass a path in a folder you can write to."
-        ) from None
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuforge.svg import document
 from gpuforge.validate.dcgm import BANNER, DiagRun, parse_diag
 from gpuforge.validate.floors import Floors
 from gpuforge.validate.nccl import NcclRun, parse_nccl
@@ -222,7 +223,7 @@ def render_svg(report: Report, *, width: int = 720, height: int = 420) -> str:
     rows = [row for item in report.nccl for row in item.run.rows if row.bytes > 0]
     floor = report.floors.floor(report.nodes)
     if not rows:
-        return _svg(
+        return document(
             width, height, [f'<text x="{margin}" y="{height // 2}">no nccl-tests rows to plot</text>']
         )
     lows = [row.bytes.bit_length() - 1 for row in rows]
@@ -255,12 +256,4 @@ def render_svg(report: Report, *, width: int = 720, height: int = 420) -> str:
         parts.append(
             f'<text x="{margin + 10}" y="{margin + 15 * (index + 1)}" fill="{colour}">{escape(Path(item.file).name)}</text>'
         )
-    return _svg(width, height, parts)
-
-
-def _svg(width: int, height: int, parts: list[str]) -> str:
-    body = "\n  ".join(parts)
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'font-family="sans-serif" font-size="12">\n  {body}\n</svg>\n'
-    )
+    return document(width, height, parts)
