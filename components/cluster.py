@@ -30,10 +30,10 @@ import pulumi
 
 from gpuforge.components import accounting_db, cluster_rules, lustre_rules, slurm_controller
 from gpuforge.components.bucket import DataBucket, DataBucketArgs
-from gpuforge.components.capacity import scale_plan
+from gpuforge.components.capacity import ScalePlan, scale_plan
 from gpuforge.components.controller_monitoring import ControllerMonitoring
 from gpuforge.components.efa_layout import interface_layout
-from gpuforge.components.eks_cluster import EksCluster, EksClusterArgs
+from gpuforge.components.eks_cluster import SYSTEM_NODES, EksCluster, EksClusterArgs
 from gpuforge.components.eks_cluster import check as check_eks
 from gpuforge.components.eks_nodes import EksGpuNodeGroup, EksGpuNodeGroupArgs, capacity_block_summary
 from gpuforge.components.lustre import LustreStorage, LustreStorageArgs
@@ -304,7 +304,8 @@ class GpuCluster(pulumi.ComponentResource):
                     spec,
                     instance=instance,
                     interfaces=interfaces,
-                    plan=plan,
+                    # EKS sizes a managed group itself (desired = node count; its own scale-down at a block's end).
+                    plan=ScalePlan(spec.node_count, spec.node_count, ()) if kubernetes else plan,
                     placement_group=values[0],
                     placement_source=placement.source,
                     placement_strategy=placement.strategy,
@@ -360,6 +361,7 @@ def _kubernetes_summary(spec: GpuClusterSpec) -> dict[str, Any]:
         "endpoint_access": "private",
         "authentication_mode": "API",
         "system_node_type": scheduler.system_node_type,
+        "system_nodes": SYSTEM_NODES,
         "admin_role_arn": scheduler.admin_role_arn,
         "gpu_node_group": "managed, custom AMI (launch template)",
         "capacity_block_scale_down": capacity_block_summary(spec.capacity),

@@ -169,6 +169,8 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
     placement = summary["placement"]
     ami = summary["ami"]
     mode = "an Auto Scaling group" if summary["node_mode"] == "asg" else "fixed instances"
+    if summary.get("kubernetes"):
+        mode = "an EKS managed node group (custom AMI in its launch template)"
     return [
         "Summary",
         f"  nodes      {summary['nodes']} x {summary['instance_type']} as {mode}{_schedule(capacity)}",
@@ -180,14 +182,21 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         f"  Lustre     {_lustre(summary['lustre'])}",
         f"  placement  {_placement(placement, capacity)}",
         f"  capacity   {_capacity(capacity)}",
-        f"  scheduler  {_scheduler(summary['scheduler'])}",
+        f"  scheduler  {_scheduler(summary['scheduler'], summary.get('kubernetes'))}",
         f"  monitoring {_monitoring(summary['monitoring'])}",
         f"  accounting {_accounting(summary['accounting'])}",
         f"  AMI        {ami['id']} ({ami['region']}), matrix {ami['matrix_name']} {ami['matrix_version']}",
     ]
 
 
-def _scheduler(scheduler: Mapping[str, Any]) -> str:
+def _scheduler(scheduler: Mapping[str, Any], kubernetes: Mapping[str, Any] | None = None) -> str:
+    if kubernetes is not None:
+        line = (
+            f"Kubernetes {kubernetes['version']} on EKS (endpoint {kubernetes['endpoint_access']}, authentication "
+            f"mode {kubernetes['authentication_mode']}: access entries), system nodes {kubernetes['system_nodes']} x {kubernetes['system_node_type']}"
+        )
+        scale_down = kubernetes["capacity_block_scale_down"]
+        return f"{line}; {scale_down}" if scale_down else line
     if scheduler["type"] != "slurm":
         return "none"
     partitions = ", ".join(

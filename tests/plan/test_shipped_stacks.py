@@ -18,7 +18,7 @@ from gpuforge.stack_config import load_stack_config
 
 def test_the_issue_s_three_stacks_are_shipped() -> None:
     assert {"dev", "p5-prod"} <= set(SHIPPED_STACKS)
-    reserved = [name for name in SHIPPED_STACKS if name not in ("dev", "p5-prod")]
+    reserved = [name for name in SHIPPED_STACKS if name not in ("dev", "p5-prod", "p5-eks")]
     assert reserved, "a stack for p5en or p6-b200 on a capacity reservation"
 
 
@@ -68,7 +68,7 @@ def test_p5_prod_is_16_p5_on_a_capacity_block_without_placement_group_and_persis
 
 
 def test_the_reserved_stack_is_p5en_or_p6_b200_on_a_capacity_reservation(catalog_path: Path) -> None:
-    (reserved,) = [name for name in SHIPPED_STACKS if name not in ("dev", "p5-prod")]
+    (reserved,) = [name for name in SHIPPED_STACKS if name not in ("dev", "p5-prod", "p5-eks")]
     summary = plan(STACK_DIR, reserved, catalog=catalog_path).summary
     assert summary["instance_type"] in ("p5en.48xlarge", "p6-b200.48xlarge")
     assert summary["capacity"]["type"] == "reservation"
