@@ -22,10 +22,9 @@ Its desired size is the block's node count from the start: EKS keeps it and the 
 the block is active. EKS adds its own scheduled action, "Amazon EKS Node Group Capacity Scaledown
 Before Reservation End", 40 minutes before the block ends (same page); gpuforge adds none.
 
-The join configuration is a nodeadm NodeConfig (node.eks.aws/v1alpha1) written to JOIN_CONFIG by a
-cloud-config part of the user data, not handed to nodeadm through user data: the image's join unit
-reads it (`nodeadm init --config-source file://...`) only after the node agent's boot gate has passed,
-as slurmd waits for it on Slurm.
+The join configuration is the files components.eks_join renders (kubeconfig, KubeletConfiguration, CA,
+kubelet flags with the node labels and GPU taint), written by a cloud-config part of the user data; the
+image's kubelet unit starts from them only after the node agent's boot gate has passed, as slurmd does.
 """
 
 from __future__ import annotations
@@ -43,6 +42,7 @@ import yaml
 from gpuforge.components import cluster_rules
 from gpuforge.components.efa_layout import interface_layout
 from gpuforge.components.eks_cluster import NODE_POLICIES, SERVICE_CIDR, EksCluster, service_role
+from gpuforge.components.eks_join import KUBECONFIG, JoinConfig, render_files
 from gpuforge.components.nodes import (
     HTTP_TOKENS,
     ROOT_VOLUME_TYPE,
@@ -55,7 +55,6 @@ from gpuforge.components.user_data import FsxMount, UserDataParams, render
 from gpuforge.kubernetes.addons import node_labels, pins
 
 TOKEN = "gpuforge:cluster:EksGpuNodeGroup"
-JOIN_CONFIG = "/etc/gpuforge/eks/nodeconfig.yaml"
 # EKS scales a Capacity Block group to 0 this long before the block ends (capacity-blocks-mng.adoc, above).
 EKS_SCALE_DOWN_BEFORE_END = timedelta(minutes=40)
 CAPACITY_TYPES = {"on-demand": "ON_DEMAND", "reservation": "ON_DEMAND", "capacity-block": "CAPACITY_BLOCK"}
@@ -68,50 +67,17 @@ def gpu_group_name(cluster: str) -> str:
     return f"{cluster}-gpu"
 
 
-@dataclass(frozen=True)
-class JoinConfig:
-    """What a node needs to join: the cluster's name, endpoint, CA and Service block, its labels and taints."""
-
-    cluster: str
-    endpoint: str
-    certificate_authority: str
-    labels: Mapping[str, str]
-    taints: tuple[str, ...]
-    service_cidr: str = SERVICE_CIDR
-
-
-def node_config(join: JoinConfig) -> str:
-    """The nodeadm NodeConfig (https://awslabs.github.io/amazon-eks-ami/nodeadm/doc/api/), as YAML.
-
-    apiServerEndpoint, certificateAuthority and cidr are the fields EKS says a custom-AMI node must be
-    given (launch-templates.adoc, "Amazon Linux 2023 user data"); the labels and the GPU taint go to the
-    kubelet as flags, because EKS applies a node group's labels only to its own AMIs' user data.
-    """
-    labels = ",".join(f"{key}={value}" for key, value in sorted(join.labels.items()))
-    flags = [f"--node-labels={labels}"]
-    if join.taints:
-        flags.append(f"--register-with-taints={','.join(join.taints)}")
-    document = {
-        "apiVersion": "node.eks.aws/v1alpha1",
-        "kind": "NodeConfig",
-        "spec": {
-            "cluster": {
-                "name": join.cluster,
-                "apiServerEndpoint": join.endpoint,
-                "certificateAuthority": join.certificate_authority,
-                "cidr": join.service_cidr,
-            },
-            "kubelet": {"flags": flags},
-        },
-    }
-    return yaml.safe_dump(document, sort_keys=False)
-
-
 def user_data(params: UserDataParams, join: JoinConfig) -> str:
-    """MIME multi-part user data (the format EKS asks of launch-template user data): the join file, then gpuforge's script."""
+    """MIME multi-part user data (the format EKS asks of launch-template user data): the join files, then gpuforge's script."""
     cloud_config = {
         "write_files": [
-            {"path": JOIN_CONFIG, "permissions": "0644", "owner": "root:root", "content": node_config(join)}
+            {
+                "path": path,
+                "permissions": "0600" if path == KUBECONFIG else "0644",
+                "owner": "root:root",
+                "content": text,
+            }
+            for path, text in render_files(join).items()
         ]
     }
     parts = [
@@ -186,6 +152,8 @@ class EksGpuNodeGroup(pulumi.ComponentResource):
                 cluster=args.cluster_name,
                 endpoint=values["endpoint"],
                 certificate_authority=values["ca"],
+                region=args.ami.region,
+                service_cidr=SERVICE_CIDR,
                 labels=node_labels(instance, group_label),
                 taints=(f"{taint.key}=true:{taint.effect}",),
             )

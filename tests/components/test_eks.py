@@ -16,8 +16,7 @@ import pytest
 import yaml
 from components_helpers import LAUNCH_TEMPLATE, NOW, cluster_spec, interface_triples, one, run
 
-from gpuforge.components import GpuCluster
-from gpuforge.components.eks_nodes import JOIN_CONFIG
+from gpuforge.components import GpuCluster, eks_join
 from gpuforge.components.specs import CapacitySpec, SchedulerSpec
 from gpuforge.errors import InputError
 from gpuforge.pulumi_mocks import GpuforgeMocks
@@ -159,27 +158,35 @@ def test_gpu_nodes_on_demand_catalog_ami_every_efa_no_fallback(mocks: GpuforgeMo
     assert mocks.of_type(ASG) == []
 
 
-def test_join_config_and_node_setup_in_user_data(mocks: GpuforgeMocks) -> None:
+def test_join_files_and_node_setup_in_user_data(mocks: GpuforgeMocks) -> None:
     deploy()
     found = parts(mocks)
     cloud = yaml.safe_load(found["text/cloud-config"])
-    (written,) = cloud["write_files"]
-    assert written["path"] == JOIN_CONFIG
-    config = yaml.safe_load(written["content"])
-    cluster = one(mocks, CLUSTER).outputs
-    assert config["apiVersion"] == "node.eks.aws/v1alpha1"
-    assert config["spec"]["cluster"] == {
-        "name": "demo",
-        "apiServerEndpoint": cluster["endpoint"],
-        "certificateAuthority": cluster["certificateAuthority"]["data"],
-        "cidr": "172.20.0.0/16",
+    files = {item["path"]: item for item in cloud["write_files"]}
+    assert set(files) == {
+        eks_join.KUBECONFIG,
+        eks_join.KUBELET_CONFIG,
+        eks_join.CA_FILE,
+        eks_join.KUBELET_ENV,
     }
-    flags = config["spec"]["kubelet"]["flags"]
+    assert files[eks_join.KUBECONFIG]["permissions"] == "0600"
+    cluster = one(mocks, CLUSTER).outputs
+    kubeconfig = yaml.safe_load(files[eks_join.KUBECONFIG]["content"])
+    assert kubeconfig["clusters"][0]["cluster"] == {
+        "server": cluster["endpoint"],
+        "certificate-authority-data": cluster["certificateAuthority"]["data"],
+    }
+    assert kubeconfig["users"][0]["user"]["exec"]["args"] == ["token", "-i", "demo", "--region", "us-east-1"]
+    kubelet = yaml.safe_load(files[eks_join.KUBELET_CONFIG]["content"])
+    assert kubelet["clusterDNS"] == ["172.20.0.10"]
+    assert kubelet["cgroupDriver"] == "systemd"
+    assert files[eks_join.CA_FILE]["content"] == "mock CA of demo"
+    env = files[eks_join.KUBELET_ENV]["content"]
     assert (
         "--node-labels=gpuforge.dev/efa=true,gpuforge.dev/gpu-instance-type=p5.48xlarge,"
-        "gpuforge.dev/node-group=demo-gpu" in flags
+        "gpuforge.dev/node-group=demo-gpu" in env
     )
-    assert "--register-with-taints=nvidia.com/gpu=true:NoSchedule" in flags
+    assert "--register-with-taints=nvidia.com/gpu=true:NoSchedule" in env
     script = found["text/x-shellscript"]
     assert "/scratch" in script and "gpuforge node check" in script
     assert "SLURMD_OPTIONS" not in script  # no Slurm join on an EKS node
