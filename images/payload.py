@@ -35,6 +35,9 @@ SOURCE_DIR = "gpuforge-src"
 # installed by 77-monitoring.sh where images/files/nvidia-dcgm-exporter-gpuforge-fields.conf points
 # dcgm-exporter (-f). One list per image: the rule monitoring.one-field-list refuses targets that differ.
 MONITORING_DIR = "monitoring"
+# The Kubernetes node's files (containerd's configuration, the kubelet's and containerd's units and the
+# kubelet's boot gate), installed by 72-kubernetes.sh where the matrix has a `kubernetes` block.
+KUBERNETES_DIR = "kubernetes"
 
 # The EFA installer puts its bundled aws-ofi-nccl (installer 1.38.0 and later) under this
 # prefix. Source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-changelog.html
@@ -215,4 +218,5 @@ def write_payload(payload: Path, matrix: Matrix, digest: str) -> None:
         for item in sorted(FILES_DIR.iterdir()):
             if item.is_file():
                 shutil.copy2(item, files / item.name)
+    shutil.copytree(FILES_DIR / KUBERNETES_DIR, payload / KUBERNETES_DIR)
     copy_source(payload / SOURCE_DIR)

@@ -74,6 +74,7 @@ STEPS: tuple[str, ...] = (
     "55-nccl-tests.sh",
     "60-lustre.sh",
     "70-container-toolkit.sh",
+    "72-kubernetes.sh",
     "75-dcgm.sh",
     "77-monitoring.sh",
     "80-system.sh",

@@ -26,7 +26,8 @@ ln -sf /opt/gpuforge/bin/gpuforge /usr/local/bin/gpuforge
 gpuforge --version
 
 for unit in "$GPUFORGE_PAYLOAD"/files/*; do
-    [[ -e "$unit" ]] || continue
+    # Files only: a folder (files/kubernetes/, which 72-kubernetes.sh installs) is not a unit.
+    [[ -f "$unit" ]] || continue
     case "$unit" in
     */gpuforge-prometheus.service | */gpuforge-alertmanager.service)
         # The controller's daemons: installed on every node, never enabled here. The controller's user

@@ -302,6 +302,45 @@ check_monitoring() {
     return 0
 }
 
+# The Kubernetes node parts the matrix pins (72-kubernetes.sh): each binary reports the pinned release,
+# containerd's configuration makes NVIDIA's runtime the default, and the kubelet is enabled behind its boot
+# gate but not running (it joins a cluster at boot, never at build). Like the monitoring daemons they are
+# not manifest components; the AMI's tags record their versions (gpuforge:kubernetes.kubelet, ...).
+# Output forms, read at each pinned release's source: `kubelet --version` prints "Kubernetes v<version>"
+# (k8s.io/component-base version/verflag); `containerd --version` "containerd <module> v<version> <revision>"
+# (containerd cmd/containerd/command/main.go); `runc --version` "runc version <version>" first (runc
+# main.go); a CNI plugin run with no CNI_COMMAND "CNI <name> plugin v<version>" on stderr first
+# (containernetworking/cni pkg/skel, the plugins' pkg/utils/buildversion, the tag set by their release build).
+check_kubernetes() {
+    [[ -n "$GPUFORGE_KUBERNETES_VERSION" ]] || return 0
+    local reported state binary
+    # Through PATH (as under sudo: /usr/local/sbin and /usr/local/bin first), each where 72-kubernetes.sh put it.
+    for binary in "$KUBELET_BIN" "$CONTAINERD_BIN" "$RUNC_BIN"; do
+        [[ -x "$ROOT$binary" ]] || fail "$(basename "$binary")" "$binary is missing (72-kubernetes.sh installs it)"
+    done
+    reported="$(kubelet --version 2>&1)" || true
+    [[ "$reported" == "Kubernetes v$GPUFORGE_KUBELET" ]] ||
+        fail kubelet "$KUBELET_BIN --version reports '${reported:-nothing}', the matrix pins $GPUFORGE_KUBELET"
+    reported="$(containerd --version 2>&1)" || true
+    [[ " $reported " == *" v$GPUFORGE_CONTAINERD "* ]] ||
+        fail containerd "$CONTAINERD_BIN --version reports '${reported:-nothing}', the matrix pins $GPUFORGE_CONTAINERD"
+    reported="$(runc --version 2>&1 | head -n 1)" || true
+    [[ "$reported" == "runc version $GPUFORGE_RUNC" ]] ||
+        fail runc "$RUNC_BIN --version reports '${reported:-nothing}', the matrix pins $GPUFORGE_RUNC"
+    reported="$("$ROOT$CNI_BIN_DIR/loopback" 2>&1 | head -n 1)" || true
+    [[ "$reported" == "CNI loopback plugin v$GPUFORGE_CNI_PLUGINS" ]] ||
+        fail cni_plugins "$CNI_BIN_DIR/loopback reports '${reported:-nothing}', the matrix pins $GPUFORGE_CNI_PLUGINS"
+    grep -qx "  default_runtime_name = 'nvidia'" "$ROOT$CONTAINERD_CONFIG" 2>/dev/null ||
+        fail containerd "$CONTAINERD_CONFIG does not make the NVIDIA runtime the default (72-kubernetes.sh installs it)"
+    [[ -f "$ROOT/etc/systemd/system/kubelet.service.d/gpuforge.conf" ]] ||
+        fail kubelet "the kubelet has no boot gate (kubelet.service.d/gpuforge.conf)"
+    state="$(systemctl is-enabled kubelet.service 2>/dev/null || true)"
+    [[ "$state" == enabled ]] || fail kubelet "kubelet.service is '${state:-not installed}', it must be enabled"
+    state="$(systemctl is-active kubelet.service 2>/dev/null || true)"
+    [[ "$state" != active ]] || fail kubelet "kubelet.service is running on the build instance; it must start only at a node's boot"
+    return 0
+}
+
 check_holds() {
     local package
     [[ -r "$PINNED_LIST" ]] || {
@@ -362,6 +401,7 @@ check_rest
 check_slurm
 check_nccl_tests
 check_monitoring
+check_kubernetes
 check_holds
 
 if ((${#failures[@]})); then

@@ -274,3 +274,13 @@ declare -A MONITORING_USERS=([node_exporter]="node-exporter" [prometheus]="prome
 MONITORING_CONFIG_DIR="/etc/gpuforge/monitoring"
 DCGM_FIELDS_FILE="/etc/gpuforge/dcgm-exporter-fields.csv"
 monitoring_prefix() { echo "/opt/gpuforge/$1-$2"; }
+
+# --- Kubernetes node parts (72-kubernetes.sh, 90-verify.sh, images/files/kubernetes/) -----------
+
+# The matrix's kubernetes.* downloads, in install order (gpuforge.images.matrix.KUBERNETES_KEYS).
+KUBERNETES_PARTS=(kubelet containerd runc cni_plugins)
+KUBELET_BIN="/usr/local/bin/kubelet"
+CONTAINERD_BIN="/usr/local/bin/containerd"
+RUNC_BIN="/usr/local/sbin/runc"
+CNI_BIN_DIR="/opt/cni/bin"
+CONTAINERD_CONFIG="/etc/containerd/config.toml"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from image_helpers import FIXTURES, MATRICES, base_path, load_matrix_data, write_matrix
+from image_helpers import FIXTURES, MATRICES, REPO, base_path, load_matrix_data, write_matrix
 
 from gpuforge.images.matrix import load_valid
 from gpuforge.images.render import RenderOptions, render
@@ -45,6 +45,10 @@ REPLAYED = (
     "promtool",
     "alertmanager",
     "amtool",
+    # the Kubernetes node parts, for their --version (images/scripts/72-kubernetes.sh)
+    "kubelet",
+    "containerd",
+    "runc",
 )
 REPLAYER = """#!/usr/bin/env bash
 key="$(basename "$0")"
@@ -64,7 +68,39 @@ Node = dict[str, Any]
 
 def _recording() -> Node:
     data: Node = json.loads(RECORDING.read_text(encoding="utf-8"))
+    _add_kubernetes_parts(data)
     return data
+
+
+def _add_kubernetes_parts(node: Node) -> None:
+    """The Kubernetes node parts of the p5 matrix as 72-kubernetes.sh leaves them, added to the recording.
+
+    Each --version line is the format the pinned release's own source prints (90-verify.sh's check_kubernetes
+    names where): kubelet "Kubernetes v1.35.8" (k8s.io/component-base v0.35.8 version/verflag: "%s %s",
+    "Kubernetes", the GitVersion); runc "runc version 1.4.3" first (opencontainers/runc v1.4.3 main.go);
+    containerd "containerd github.com/containerd/containerd/v2 v2.3.4 <revision>" (cmd/containerd/command/
+    main.go, with version.Version set to `git describe` by its Makefile: v2.3.4 for the release tag); the
+    revision is left empty, as in a build of the v2.3.4 module with that -X flag and no revision, because
+    the release's commit could not be read here; the loopback CNI plugin "CNI loopback plugin v1.9.1" and its
+    protocol line (containernetworking/cni v1.3.0 pkg/skel; plugins v1.9.1 buildversion, BuildVersion set to
+    the tag by .github/workflows/release.yaml)."""
+    node["commands"] |= {
+        "kubelet --version": "Kubernetes v1.35.8\n",
+        "containerd --version": "containerd github.com/containerd/containerd/v2 v2.3.4 \n",
+        "runc --version": "runc version 1.4.3\n",
+        "loopback": "CNI loopback plugin v1.9.1\nCNI protocol versions supported: 0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0\n",
+        "systemctl is-enabled kubelet.service": "enabled\n",
+        "systemctl is-active kubelet.service": "inactive\n",
+    }
+    config = (REPO / "images/files/kubernetes/containerd-config.toml").read_text(encoding="utf-8")
+    gate = (REPO / "images/files/kubernetes/kubelet-gpuforge.conf").read_text(encoding="utf-8")
+    node["files"] |= {
+        "etc/containerd/config.toml": config,
+        "etc/systemd/system/kubelet.service.d/gpuforge.conf": gate,
+    }
+    node.setdefault("replayed", []).extend(
+        ["usr/local/bin/kubelet", "usr/local/bin/containerd", "usr/local/sbin/runc", "opt/cni/bin/loopback"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +131,12 @@ def _lay_out(node: Node, base: Path) -> tuple[Path, Path, Path]:
         link.symlink_to(points_to)
     for relative in node.get("dirs", []):
         (root / relative).mkdir(parents=True, exist_ok=True)
+    # Executables the script runs (or tests) by path under the root: each a replayer of its own recording.
+    for relative in node.get("replayed", []):
+        target = root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(REPLAYER, encoding="utf-8")
+        target.chmod(0o755)
     return bin_dir, replay, root
 
 
@@ -227,6 +269,13 @@ def _drop_file(relative: str) -> Callable[[Node], None]:
     return change
 
 
+def _set_file(relative: str, content: str) -> Callable[[Node], None]:
+    def change(node: Node) -> None:
+        node["files"][relative] = content
+
+    return change
+
+
 def _plugin_for_pmix_4(node: Node) -> None:
     """Slurm was built against another PMIx (a system PMIx 4 found before /opt/pmix)."""
     node["files"]["usr/lib/slurm/mpi_pmix_v4.so"] = node["files"].pop("usr/lib/slurm/mpi_pmix_v5.so")
@@ -320,6 +369,38 @@ CASES: dict[str, tuple[Callable[[Node], None], list[str]]] = {
     "no-mariadb-client-library": (
         _drop(DPKG + "libmariadb3"),
         ["mariadb: package libmariadb3 is not installed"],
+    ),
+    "kubelet-version": (
+        _set("kubelet --version", "Kubernetes v1.35.7\n"),
+        ["kubelet: /usr/local/bin/kubelet --version reports 'Kubernetes v1.35.7', the matrix pins 1.35.8"],
+    ),
+    "containerd-version": (
+        _set("containerd --version", "containerd github.com/containerd/containerd/v2 v2.3.3 \n"),
+        ["containerd: /usr/local/bin/containerd --version reports"],
+    ),
+    "runc-version": (
+        _set("runc --version", "runc version 1.4.2\n"),
+        ["runc: /usr/local/sbin/runc --version"],
+    ),
+    "cni-version": (
+        _set("loopback", "CNI loopback plugin v1.8.0\n"),
+        ["cni_plugins: /opt/cni/bin/loopback reports 'CNI loopback plugin v1.8.0', the matrix pins 1.9.1"],
+    ),
+    "containerd-default-runtime": (
+        _set_file("etc/containerd/config.toml", "version = 3\n"),
+        ["containerd: /etc/containerd/config.toml does not make the NVIDIA runtime the default"],
+    ),
+    "kubelet-ungated": (
+        _drop_file("etc/systemd/system/kubelet.service.d/gpuforge.conf"),
+        ["kubelet: the kubelet has no boot gate"],
+    ),
+    "kubelet-disabled": (
+        _set("systemctl is-enabled kubelet.service", "disabled\n"),
+        ["kubelet: kubelet.service is 'disabled', it must be enabled"],
+    ),
+    "kubelet-running": (
+        _set("systemctl is-active kubelet.service", "active\n"),
+        ["kubelet: kubelet.service is running on the build instance"],
     ),
     "no-slurm-user": (_drop("getent passwd slurm"), ["slurm: there is no slurm user"]),
     "no-spool": (_drop_dir("var/spool/slurmctld"), ["slurm: folder /var/spool/slurmctld is missing"]),

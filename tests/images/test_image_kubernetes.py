@@ -1,0 +1,274 @@
+"""The Kubernetes node parts in the image: 72-kubernetes.sh, containerd's configuration, the kubelet's units.
+
+The step runs in real bash from a real render, against a scratch root (GPUFORGE_ROOT), with curl and
+systemctl replaced on PATH: curl copies a local stand-in of each release file (a kubelet, a containerd
+tarball with bin/, a runc, a CNI plugin tarball), whose sha256 the test's matrix pins, and every call is
+logged. The kubelet's boot gate is checked by systemd's own `systemd-analyze verify`, as slurmd's is
+(tests/node/test_node_slurmd_dropin.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import shutil
+import subprocess
+import tarfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from image_helpers import REPO, base_path, load_matrix_data, write_matrix
+from systemd_units import read_unit
+
+from gpuforge.images.matrix import KUBERNETES_KEYS, load_valid
+from gpuforge.images.render import STEPS, RenderOptions, render
+
+SCRIPTS = REPO / "images" / "scripts"
+FILES = REPO / "images" / "files" / "kubernetes"
+SLURMD_GATE = REPO / "images" / "files" / "slurmd-gpuforge.conf"
+CHECK_UNIT = REPO / "images" / "files" / "gpuforge-node-check.service"
+
+CURL = (
+    "while [[ $# -gt 1 ]]; do if [[ $1 == -o ]]; then out=$2; fi; shift; done; "
+    'cp "$FAKE_RELEASES/$(basename "$1")" "$out"'
+)
+TOOLS = {"curl": CURL, "systemctl": "exit 0"}
+
+
+def _tarball(members: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _releases(directory: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """Stand-in release files named as the matrix's URLs name them; the matrix's sha256s set to theirs."""
+    directory.mkdir()
+    bodies = {
+        "kubelet": b"#!/bin/sh\necho kubelet\n",
+        "containerd": _tarball(
+            {"bin/containerd": "#!/bin/sh\n", "bin/containerd-shim-runc-v2": "#!/bin/sh\n"}
+        ),
+        "runc": b"#!/bin/sh\necho runc\n",
+        "cni_plugins": _tarball({"./loopback": "#!/bin/sh\n", "./bridge": "#!/bin/sh\n"}),
+    }
+    for key, body in bodies.items():
+        pin = data["kubernetes"][key]
+        (directory / pin["url"].rsplit("/", 1)[-1]).write_bytes(body)
+        pin["sha256"] = hashlib.sha256(body).hexdigest()
+        pin["sha256_source"] = "hashed: a stand-in file this test wrote"
+    return data
+
+
+def _run(
+    payload: Path, tmp_path: Path, releases: Path
+) -> tuple[subprocess.CompletedProcess[str], list[str], Path]:
+    bin_dir, log, root = tmp_path / "bin", tmp_path / "calls.log", tmp_path / "root"
+    bin_dir.mkdir()
+    root.mkdir()
+    for name, body in TOOLS.items():
+        stub = bin_dir / name
+        stub.write_text(f'#!/usr/bin/env bash\necho "{name} $*" >>"{log}"\n{body}\n')
+        stub.chmod(0o755)
+    runtime = root / "usr/bin/nvidia-container-runtime"
+    runtime.parent.mkdir(parents=True)
+    runtime.write_text("#!/bin/sh\n")
+    runtime.chmod(0o755)
+    done = subprocess.run(
+        ["bash", str(payload / "scripts" / "72-kubernetes.sh")],
+        env={
+            "PATH": f"{bin_dir}:{base_path(tmp_path / 'base-bin')}",
+            "GPUFORGE_ROOT": str(root),
+            "FAKE_RELEASES": str(releases),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done, log.read_text().splitlines() if log.exists() else [], root
+
+
+def _payload(tmp_path: Path, data: dict[str, Any]) -> Path:
+    matrix, digest = load_valid(write_matrix(tmp_path, data))
+    return render(matrix, digest, RenderOptions(region="us-east-1", imds=False), tmp_path / "out").payload
+
+
+def test_the_step_runs_after_the_container_toolkit_and_before_gpuforge_installs_its_units() -> None:
+    assert (
+        STEPS.index("70-container-toolkit.sh")
+        < STEPS.index("72-kubernetes.sh")
+        < STEPS.index("85-gpuforge.sh")
+    )
+    text = (SCRIPTS / "72-kubernetes.sh").read_text()
+    assert text.startswith("#!/usr/bin/env bash\n") and "\nset -euo pipefail\n" in text
+
+
+def test_every_part_is_checked_then_installed_and_the_kubelet_enabled_not_started(tmp_path: Path) -> None:
+    data = _releases(tmp_path / "releases", load_matrix_data())
+    done, calls, root = _run(_payload(tmp_path, data), tmp_path, tmp_path / "releases")
+    assert done.returncode == 0, done.stderr
+    assert [call.split()[0] for call in calls][:4] == ["curl"] * 4  # every download before any install
+    assert calls[4:] == ["systemctl daemon-reload", "systemctl enable kubelet.service"]
+    for path in (
+        "usr/local/bin/kubelet",
+        "usr/local/bin/containerd",
+        "usr/local/sbin/runc",
+        "opt/cni/bin/loopback",
+    ):
+        assert (root / path).stat().st_mode & 0o111, path
+    assert (root / "etc/containerd/config.toml").read_text() == (FILES / "containerd-config.toml").read_text()
+    units = root / "etc/systemd/system"
+    assert (units / "kubelet.service.d/gpuforge.conf").read_text() == (
+        FILES / "kubelet-gpuforge.conf"
+    ).read_text()
+    assert (units / "kubelet.service").is_file() and (units / "containerd.service").is_file()
+    assert (
+        "kubelet 1.35.8, containerd 2.3.4, runc 1.4.3, CNI plugins 1.9.1 for control plane 1.35"
+        in done.stderr
+    )
+
+
+@pytest.mark.parametrize("key", KUBERNETES_KEYS)
+def test_a_checksum_mismatch_stops_the_step_before_anything_is_installed(tmp_path: Path, key: str) -> None:
+    data = _releases(tmp_path / "releases", load_matrix_data())
+    wrong = "0" * 64
+    data["kubernetes"][key]["sha256"] = wrong
+    done, calls, root = _run(_payload(tmp_path, data), tmp_path, tmp_path / "releases")
+    assert done.returncode == 1
+    assert f"the matrix pins {wrong}; refusing to run it" in done.stderr
+    assert all(call.startswith("curl ") for call in calls)
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) == [
+        "usr/bin/nvidia-container-runtime"
+    ]
+
+
+def test_a_matrix_without_kubernetes_skips_the_step(tmp_path: Path) -> None:
+    data = load_matrix_data()
+    del data["kubernetes"]
+    done, calls, root = _run(_payload(tmp_path, data), tmp_path, tmp_path)
+    assert (done.returncode, calls) == (0, [])
+    assert "the matrix pins no Kubernetes node parts; skipping" in done.stderr
+    assert not (root / "etc").exists()
+
+
+def test_the_step_needs_the_nvidia_runtime_it_configures(tmp_path: Path) -> None:
+    data = _releases(tmp_path / "releases", load_matrix_data())
+    payload = _payload(tmp_path, data)
+    (tmp_path / "root").mkdir()
+    done = subprocess.run(
+        ["bash", str(payload / "scripts" / "72-kubernetes.sh")],
+        env={"PATH": base_path(tmp_path / "base-bin"), "GPUFORGE_ROOT": str(tmp_path / "root")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1 and "nvidia-container-runtime is missing" in done.stderr
+
+
+def test_containerd_runs_pods_with_the_nvidia_runtime_by_default() -> None:
+    config = tomllib.loads((FILES / "containerd-config.toml").read_text())
+    assert config["version"] == 3  # containerd 2.x's format
+    cri = config["plugins"]["io.containerd.cri.v1.runtime"]
+    runtimes = cri["containerd"]["runtimes"]
+    assert cri["containerd"]["default_runtime_name"] == "nvidia"
+    assert runtimes["nvidia"]["runtime_type"] == "io.containerd.runc.v2"
+    # The toolkit's runtime (nvidia-container-toolkit-base ships it at /usr/bin) and the pinned runc.
+    assert runtimes["nvidia"]["options"] == {
+        "BinaryName": "/usr/bin/nvidia-container-runtime",
+        "SystemdCgroup": True,
+    }
+    assert runtimes["runc"]["options"] == {"BinaryName": "/usr/local/sbin/runc", "SystemdCgroup": True}
+    assert cri["cni"]["bin_dirs"] == ["/opt/cni/bin"]
+
+
+def test_the_kubelet_gate_is_slurmds_gate() -> None:
+    """The same ordering, requirement and marker test as slurmd's drop-in, line for line."""
+
+    def gate(path: Path) -> list[str]:
+        return [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+
+    assert gate(FILES / "kubelet-gpuforge.conf") == gate(SLURMD_GATE)
+    unit = read_unit(FILES / "kubelet.service")
+    assert unit["Unit"]["Requires"] == "containerd.service"
+    assert unit["Service"]["ExecStart"].startswith(
+        "/usr/local/bin/kubelet --config=/etc/kubernetes/kubelet/config.yaml"
+    )
+    assert "ConditionPathExists=/etc/kubernetes/kubelet/kubeconfig" in (FILES / "kubelet.service").read_text()
+    assert "[Install]" not in (FILES / "containerd.service").read_text()  # started by the kubelet only
+
+
+def _boot_root(root: Path, gate_text: str) -> Path:
+    """systemd's units, the kubelet's and containerd's units, the gate, the check's unit, Ubuntu-shaped cloud-init."""
+    if shutil.which("systemd-analyze") is None or not Path("/usr/lib/systemd/system/sysinit.target").exists():
+        pytest.skip("systemd-analyze and systemd's own units are needed to verify the gate")
+    shutil.copytree(Path("/usr/lib/systemd/system"), root / "usr/lib/systemd/system", symlinks=True)
+    etc = root / "etc/systemd/system"
+    (etc / "kubelet.service.d").mkdir(parents=True)
+    for name in ("kubelet.service", "containerd.service"):
+        shutil.copy(FILES / name, etc / name)
+    shutil.copy(CHECK_UNIT, etc / CHECK_UNIT.name)
+    (etc / "kubelet.service.d/gpuforge.conf").write_text(gate_text)
+    (etc / "cloud-init.target").write_text("[Unit]\nDescription=stand-in\nAfter=multi-user.target\n")
+    (etc / "cloud-final.service").write_text(
+        "[Unit]\nDescription=stand-in\nAfter=multi-user.target\n[Service]\nType=oneshot\nExecStart=/bin/kill\n"
+    )
+    for target, unit in [
+        ("multi-user.target", "kubelet.service"),
+        ("multi-user.target", "cloud-init.target"),
+        ("cloud-init.target", "cloud-final.service"),
+        ("cloud-init.target", CHECK_UNIT.name),
+    ]:
+        wants = etc / f"{target}.wants"
+        wants.mkdir(exist_ok=True)
+        (wants / unit).symlink_to(f"/etc/systemd/system/{unit}")
+    for executable in (
+        "usr/local/bin/kubelet",
+        "usr/local/bin/containerd",
+        "usr/local/bin/gpuforge",
+        "usr/bin/test",
+        "bin/kill",
+        "sbin/modprobe",
+    ):
+        path = root / executable
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+    return root
+
+
+def _verify(root: Path) -> subprocess.CompletedProcess[str]:
+    analyze = shutil.which("systemd-analyze")
+    assert analyze is not None
+    return subprocess.run(
+        [
+            analyze,
+            "verify",
+            "--man=no",
+            f"--root={root}",
+            "multi-user.target",
+            "/etc/systemd/system/kubelet.service",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_systemd_accepts_the_gated_kubelet_without_an_ordering_cycle(tmp_path: Path) -> None:
+    gate = (FILES / "kubelet-gpuforge.conf").read_text()
+    good = _verify(_boot_root(tmp_path / "good", gate))
+    assert (good.returncode, good.stderr) == (0, "")
+    # Without DefaultDependencies=no systemd finds the cycle (the check waits for cloud-final, which runs after
+    # multi-user.target, which wants the kubelet): the same verdict notices it, so the clean one above counts.
+    bad = _verify(_boot_root(tmp_path / "bad", gate.replace("DefaultDependencies=no\n", "")))
+    assert "Found ordering cycle" in bad.stderr and "deleted to break ordering cycle" in bad.stderr
