@@ -30,7 +30,7 @@ image's kubelet unit starts from them only after the node agent's boot gate has 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -39,7 +39,7 @@ import pulumi
 import pulumi_aws as aws
 import yaml
 
-from gpuforge.components import cluster_rules
+from gpuforge.components import cluster_rules, node_iam
 from gpuforge.components.efa_layout import interface_layout
 from gpuforge.components.eks_cluster import NODE_POLICIES, SERVICE_CIDR, EksCluster, service_role
 from gpuforge.components.eks_join import KUBECONFIG, JoinConfig, render_files
@@ -231,9 +231,39 @@ class EksGpuNodeGroup(pulumi.ComponentResource):
                 ignore_changes=["scalingConfig.desiredSize"] if block else None,
             ),
         )
+        # The node agent reports a failed node to its Auto Scaling group (user data --report-asg), the one
+        # drain-and-replace path; EKS names that group, so the grant follows the node group's output.
+        node_iam.allow_set_instance_health(self, name, role, _group_arn(self, group))
         self.launch_template_id = template.id
         self.node_group = group.node_group_name
         self.register_outputs({"launch_template_id": self.launch_template_id, "node_group": self.node_group})
+
+
+def _group_arn(owner: pulumi.Resource, group: aws.eks.NodeGroup) -> pulumi.Output[str]:
+    """The ARN of the Auto Scaling group EKS made for `group`; its id part (a UUID) is not reported, so `*`.
+
+    Format: arn:<partition>:autoscaling:<region>:<account>:autoScalingGroup:<uuid>:autoScalingGroupName/<name>
+    (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2autoscaling.html).
+    """
+    invoke = pulumi.InvokeOutputOptions(parent=owner)
+    partition = aws.get_partition_output(opts=invoke).partition
+    region = aws.get_region_output(opts=invoke).region
+    account = aws.get_caller_identity_output(opts=invoke).account_id
+    name = group.resources.apply(_autoscaling_group_name)
+    return pulumi.Output.format(
+        "arn:{0}:autoscaling:{1}:{2}:autoScalingGroup:*:autoScalingGroupName/{3}",
+        partition,
+        region,
+        account,
+        name,
+    )
+
+
+def _autoscaling_group_name(resources: Sequence[aws.eks.outputs.NodeGroupResource]) -> str:
+    groups = resources[0].autoscaling_groups if resources else None
+    if not groups:
+        raise ValueError("EKS reported no Auto Scaling group for the node group")
+    return str(groups[0].name)
 
 
 def capacity_block_summary(capacity: CapacitySpec) -> str | None:

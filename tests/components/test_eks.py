@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import email
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -257,3 +258,16 @@ def test_existing_vpc_refused_before_anything(mocks: GpuforgeMocks) -> None:
     with pytest.raises(InputError, match=r"network\.vpc_id .* two Availability Zones"):
         GpuCluster("demo", spec, now=NOW)
     assert mocks.resources == ()
+
+
+def test_nodes_may_report_themselves_to_the_group_eks_made(mocks: GpuforgeMocks) -> None:
+    deploy()
+    asg = gpu_group(mocks).outputs["resources"][0]["autoscalingGroups"][0]["name"]
+    policy = mocks.named("demo-nodes-set-health")
+    assert policy.inputs["role"] == mocks.named("demo-nodes-role").outputs["name"]
+    document = json.loads(policy.inputs["policy"])
+    (statement,) = document["Statement"]
+    assert statement["Action"] == "autoscaling:SetInstanceHealth"
+    assert statement["Resource"] == (
+        f"arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/{asg}"
+    )
