@@ -12,5 +12,6 @@ echo "==> shellcheck"
 git ls-files -z '*.sh' | xargs -0 -r shellcheck
 scripts/slurm-root.sh
 scripts/monitoring-root.sh
+scripts/kube-root.sh
 echo "==> pytest"
 .venv/bin/pytest "$@"
