@@ -57,6 +57,9 @@ done
 step "3/5 Planning ${stack_dir} --stack ${stack}: its own Pulumi program under the SDK's mocks, with the AMI from ${local_catalog}, checked by the policy pack"
 "$gpuforge" plan "$stack_dir" --stack "$stack" --catalog "$local_catalog"
 
+step "3/5 (EKS) Planning ${stack_dir} --stack p5-eks: the same cluster scheduled by EKS (same matrix, same AMI): control plane, node groups, access entries, and when EKS scales the Capacity Block group down"
+"$gpuforge" plan "$stack_dir" --stack p5-eks --catalog "$local_catalog"
+
 slurm_dir=.gpuforge/slurm/${stack}
 step "4/5 Rendering the Slurm config the ${stack} controller serves to its nodes (gpuforge scheduler render), into ${slurm_dir}"
 "$gpuforge" scheduler render "$stack_dir" --stack "$stack" --out "$slurm_dir"
