@@ -37,7 +37,8 @@ check still runs and reports the node, and the script exits non-zero.
 `render_controller` is the Slurm controller's script (see `ControllerParams`); the
 two share the step runner and the key fetch. With `Accounting` it also runs slurmdbd: the
 local MariaDB on the state volume (`setup_mariadb`) or Aurora's RDS-managed secret, then
-slurmdbd.conf written 0600 for SlurmUser (`write_slurmdbd_conf`), slurmdbd before slurmctld. The key never appears in either script:
+slurmdbd.conf written 0600 for SlurmUser (`write_slurmdbd_conf`), slurmdbd before slurmctld. After slurmctld it
+starts the image's gpuforge-sync-accounts.service, which applies the rendered gpuforge-accounts.json. The key never appears in either script:
 each fetches it at boot with the instance role, which may read that one secret.
 """
 
@@ -93,6 +94,10 @@ _MONITORING_PATH = re.compile(r"(?:[a-z0-9_-]+/)?[a-z0-9_-]+(?:\.[a-z0-9_-]+)+",
 SLURMDBD_CONF_NAME = "slurmdbd.conf"
 SLURMDBD_TEMPLATE = "/etc/gpuforge/slurmdbd.conf.rendered"
 SLURMCTLD_UNIT_DIR = "/etc/systemd/system/slurmctld.service.d"
+# The rendered teams, users and QOS (gpuforge.scheduler.render.ACCOUNTS_FILE), applied by the image's
+# gpuforge-sync-accounts.service (images/files/) once slurmdbd and slurmctld are up; it retries a failed sacctmgr.
+ACCOUNTS_FILE_NAME = "gpuforge-accounts.json"
+SYNC_ACCOUNTS_UNIT = "gpuforge-sync-accounts.service"
 # The local MariaDB (accounting.database: local): its data and the password generated at its first boot both live on
 # the controller's encrypted state volume, so a replaced controller keeps its job history and its password.
 MARIADB_SUBDIR = "mariadb"
@@ -438,6 +443,14 @@ ENV
 
 start_alert_receiver() {
     systemctl enable --now "$ALERT_RECEIVER_UNIT"
+}
+
+# Enabled for later boots, started without waiting: the unit is a oneshot that systemd restarts while sacctmgr
+# fails (slurmdbd or slurmctld still starting), and the boot must not wait on those retries.
+start_sync_accounts() {
+    systemctl daemon-reload
+    systemctl enable "$SYNC_ACCOUNTS_UNIT"
+    systemctl start --no-block "$SYNC_ACCOUNTS_UNIT"
 }
 
 start_slurmctld() {
@@ -828,10 +841,14 @@ def render_controller(params: ControllerParams) -> str:
         )
         variables |= accounting_variables
         sections += accounting_sections
-    elif SLURMDBD_CONF_NAME in params.files:
+    elif SLURMDBD_CONF_NAME in params.files or ACCOUNTS_FILE_NAME in params.files:
         raise ValueError(
-            f"ControllerParams.files has {SLURMDBD_CONF_NAME} but no accounting database is given"
+            f"ControllerParams.files has {SLURMDBD_CONF_NAME} or {ACCOUNTS_FILE_NAME} but no accounting database "
+            "is given"
         )
+    sync_accounts = params.accounting is not None and ACCOUNTS_FILE_NAME in params.files
+    if sync_accounts:
+        variables["SYNC_ACCOUNTS_UNIT"] = SYNC_ACCOUNTS_UNIT
     variables["SLURMCTLD_ORDER"] = (
         "Wants=slurmdbd.service\nAfter=slurmdbd.service" if params.accounting is not None else ""
     )
@@ -852,6 +869,7 @@ def render_controller(params: ControllerParams) -> str:
         "if ((${#FAILED_STEPS[@]} == 0)); then",
         *(["    step start_slurmdbd"] if accounting_steps else []),
         "    step start_slurmctld",
+        *(["    step start_sync_accounts"] if sync_accounts else []),
         *(["    step start_topology_sync"] if params.topology_sync is not None else []),
         *(["    step start_monitoring"] if monitoring is not None else []),
         *(["    step start_alert_receiver"] if params.alert_receiver else []),

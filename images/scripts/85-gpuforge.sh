@@ -29,9 +29,10 @@ for unit in "$GPUFORGE_PAYLOAD"/files/*; do
     # Files only: a folder (files/kubernetes/, which 72-kubernetes.sh installs) is not a unit.
     [[ -f "$unit" ]] || continue
     case "$unit" in
-    */gpuforge-prometheus.service | */gpuforge-alertmanager.service)
-        # The controller's daemons: installed on every node, never enabled here. The controller's user
-        # data writes their configuration into /etc/gpuforge/monitoring and enables them.
+    */gpuforge-prometheus.service | */gpuforge-alertmanager.service | */gpuforge-sync-accounts.service)
+        # The controller's units: installed on every node, never enabled here. The controller's user
+        # data writes their configuration (/etc/gpuforge/monitoring, /etc/slurm/gpuforge-accounts.json)
+        # and enables them.
         install -m 0644 "$unit" "/etc/systemd/system/$(basename "$unit")"
         ;;
     *.service | *.timer)

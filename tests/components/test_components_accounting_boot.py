@@ -240,3 +240,32 @@ def test_setup_mariadb_only_feeds_sql_a_password_it_made(password: str, accepted
     check = f'log() {{ :; }}\nACCOUNTING_SECRET=x\nf() {{\n    password="$1"\n{guard}    return 0\n}}\nf "$PASSWORD"\n'
     done = subprocess.run(["bash", "-c", check], env={"PASSWORD": password}, check=False)
     assert (done.returncode == 0) is accepted
+
+
+def test_the_controller_enables_sync_accounts_after_slurmctld_without_waiting_for_it() -> None:
+    files = {**BASE.files, "gpuforge-accounts.json": '{"cluster": "demo"}\n'}
+    for params in (LOCAL, AURORA):
+        script = render_controller(dataclasses.replace(params, files=files))
+        main = _main(script)
+        assert main.index("step start_slurmdbd") < main.index("step start_slurmctld")
+        assert main.index("step start_slurmctld") < main.index("step start_sync_accounts")
+        # Inside slurmctld's gate: no sync where a step before it failed.
+        assert main.index("if ((${#FAILED_STEPS[@]} == 0)); then") < main.index("step start_sync_accounts")
+        assert main.index("step start_sync_accounts") < main.index("else")
+        assert 'write_file "$SLURM_ETC/gpuforge-accounts.json"' in script
+        function = script[script.index("start_sync_accounts() {") :]
+        function = function[: function.index("\n}\n")]
+        # Enabled for later boots; started without blocking, so a sacctmgr retry never holds the boot.
+        assert 'systemctl enable "$SYNC_ACCOUNTS_UNIT"' in function
+        assert 'systemctl start --no-block "$SYNC_ACCOUNTS_UNIT"' in function
+        assert "readonly SYNC_ACCOUNTS_UNIT=gpuforge-sync-accounts.service\n" in script
+    # The unit the script names is the one the image installs.
+    assert (Path(__file__).resolve().parents[2] / "images/files/gpuforge-sync-accounts.service").is_file()
+    # Files without the accounts file: nothing to sync; an accounts file without accounting is refused.
+    assert "step start_sync_accounts" not in render_controller(LOCAL)
+    with pytest.raises(ValueError, match=r"gpuforge-accounts\.json"):
+        render_controller(
+            dataclasses.replace(
+                BASE, files={"slurm.conf": "ClusterName=demo\n", "gpuforge-accounts.json": "{}"}
+            )
+        )

@@ -6,6 +6,7 @@ The drop-in is checked by the real `systemd-analyze verify` against the slurmdbd
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -72,3 +73,63 @@ def test_the_ami_records_the_mariadb_it_carries() -> None:
 
     matrix, digest = load_valid(REPO / "images" / "matrices" / "p5-h100-cuda12.yaml")
     assert ami_tags(matrix, digest)[PREFIX + "mariadb"] == "1:10.6.23-0ubuntu0.22.04.1"
+
+
+SYNC_UNIT = REPO / "images" / "files" / "gpuforge-sync-accounts.service"
+
+
+def _seconds(value: str) -> int:
+    """A systemd time span of the forms the unit uses: `30`, `30s`, `20min`."""
+    number, unit = re.fullmatch(r"(\d+)\s*(s|min)?", value).groups()  # type: ignore[union-attr]
+    return int(number) * (60 if unit == "min" else 1)
+
+
+def test_sync_accounts_runs_after_slurmdbd_and_slurmctld_and_retries_only_exit_1_boundedly() -> None:
+    unit = read_unit(SYNC_UNIT)
+    service, order = unit["Service"], unit["Unit"]
+    assert {"slurmdbd.service", "slurmctld.service"} <= set(order["After"].split())
+    assert {"slurmdbd.service", "slurmctld.service"} <= set(order["Wants"].split())
+    assert order["ConditionPathExists"] == "/etc/slurm/gpuforge-accounts.json"
+    assert service["ExecStart"].split() == [
+        "/usr/local/bin/gpuforge",
+        "scheduler",
+        "sync-accounts",
+        "--accounts",
+        "/etc/slurm/gpuforge-accounts.json",
+    ]
+    # exit 1 (sacctmgr failed) restarts; exit 2 (bad input) never does.
+    assert service["Restart"] == "on-failure" and service["RestartPreventExitStatus"] == "2"
+    # Bounded: the burst of starts, RestartSec apart, fits inside the interval, so systemd's start limit stops it.
+    burst, interval = int(order["StartLimitBurst"]), _seconds(order["StartLimitIntervalSec"])
+    assert 0 < (burst - 1) * _seconds(service["RestartSec"]) < interval
+
+
+def test_systemd_accepts_the_sync_accounts_unit(tmp_path: Path) -> None:
+    etc = systemd_root(tmp_path, ["usr/local/bin/gpuforge", "usr/sbin/slurmdbd", "usr/sbin/slurmctld"])
+    for daemon in ("slurmdbd", "slurmctld"):
+        (etc / f"{daemon}.service").write_text(
+            f"[Unit]\nDescription=stand-in\n[Service]\nExecStart=/usr/sbin/{daemon} -D\n"
+        )
+    shutil.copy(SYNC_UNIT, etc / SYNC_UNIT.name)
+    done = verify(tmp_path, SYNC_UNIT.name)
+    assert (done.returncode, done.stderr) == (0, "")
+    # the same check notices a broken unit, so the clean verdict above means something
+    broken = SYNC_UNIT.read_text().replace("RestartPreventExitStatus=2", "RestartPreventExitStatus=two")
+    (etc / SYNC_UNIT.name).write_text(broken)
+    done = verify(tmp_path, SYNC_UNIT.name)
+    assert "Failed to parse value, ignoring: two" in done.stderr
+
+
+def test_the_image_installs_sync_accounts_without_enabling_it() -> None:
+    """85-gpuforge.sh's loop, run over images/files with install and systemctl replaced by a log."""
+    script = (REPO / "images" / "scripts" / "85-gpuforge.sh").read_text()
+    loop = re.search(r'\nfor unit in "\$GPUFORGE_PAYLOAD"/files/\*; do\n.*?\ndone\n', script, re.S)
+    assert loop is not None
+    program = (
+        'install() { echo "install ${*: -1}"; }\nsystemctl() { echo "systemctl $*"; }\ndie() { echo "die $*"; exit 1; }\n'
+        f"GPUFORGE_PAYLOAD={REPO / 'images'}\n{loop.group(0)}"
+    )
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=30, check=True)
+    lines = done.stdout.splitlines()
+    assert f"install /etc/systemd/system/{SYNC_UNIT.name}" in lines
+    assert not [line for line in lines if line.startswith("systemctl") and SYNC_UNIT.name in line]
