@@ -17,9 +17,12 @@ import pytest
 import yaml
 from components_helpers import LAUNCH_TEMPLATE, NOW, cluster_spec, interface_triples, one, run
 
+from gpuforge import hardware
 from gpuforge.components import GpuCluster, eks_join
+from gpuforge.components.eks_nodes import gpu_group_name
 from gpuforge.components.specs import CapacitySpec, SchedulerSpec
 from gpuforge.errors import InputError
+from gpuforge.kubernetes import kueue
 from gpuforge.pulumi_mocks import GpuforgeMocks
 
 CLUSTER = "aws:eks/cluster:Cluster"
@@ -271,3 +274,20 @@ def test_nodes_may_report_themselves_to_the_group_eks_made(mocks: GpuforgeMocks)
     assert statement["Resource"] == (
         f"arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/{asg}"
     )
+
+
+def test_gpu_nodes_carry_what_the_kueue_flavor_selects_and_tolerates(mocks: GpuforgeMocks) -> None:
+    """The node group's join labels and taint match the ResourceFlavor `gpuforge kubernetes render` writes."""
+    deploy()
+    flavor = kueue.resource_flavor(
+        "demo",
+        kueue.GpuNodeGroup(
+            name=gpu_group_name("demo"), instance_type=hardware.get("p5.48xlarge"), node_count=2
+        ),
+    )
+    cloud = yaml.safe_load(parts(mocks)["text/cloud-config"])
+    env = next(item["content"] for item in cloud["write_files"] if item["path"] == eks_join.KUBELET_ENV)
+    for key, value in flavor["spec"]["nodeLabels"].items():
+        assert f"{key}={value}" in env
+    (toleration,) = flavor["spec"]["tolerations"]
+    assert f"--register-with-taints={toleration['key']}=true:{toleration['effect']}" in env
