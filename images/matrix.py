@@ -97,7 +97,9 @@ class KubernetesSpec(_Strict):
     the stack, because the image is built for one control plane, as Amazon builds an EKS AMI per Kubernetes
     minor: the kubelet's skew and the version's EKS support are facts about the image, checked by
     `matrix check` before any stack exists (a stack's `kubernetesVersion` must then equal it).
-    kubelet is dl.k8s.io's binary; containerd, runc and the CNI plugins their GitHub release builds.
+    kubelet is dl.k8s.io's binary; containerd, runc, the CNI plugins and aws-iam-authenticator (the kubelet's
+    credential plugin: the join configuration's kubeconfig runs it to authenticate with the node's instance
+    role) their GitHub release builds.
     """
 
     version: str = Field(pattern=r"^1\.[0-9]+$")
@@ -105,10 +107,11 @@ class KubernetesSpec(_Strict):
     containerd: SourceTarball
     runc: SourceTarball
     cni_plugins: SourceTarball
+    aws_iam_authenticator: SourceTarball
 
 
 # The Kubernetes node parts' matrix keys under `kubernetes`, in install order.
-KUBERNETES_KEYS = ("kubelet", "containerd", "runc", "cni_plugins")
+KUBERNETES_KEYS = ("kubelet", "containerd", "runc", "cni_plugins", "aws_iam_authenticator")
 
 
 # The monitoring daemons' matrix keys (issue 21's contract names), in install order.

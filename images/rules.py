@@ -120,6 +120,7 @@ _PIN_EXAMPLES = {
     "kubernetes.containerd.version": "2.3.4",
     "kubernetes.runc.version": "1.4.3",
     "kubernetes.cni_plugins.version": "1.9.1",
+    "kubernetes.aws_iam_authenticator.version": "0.7.12",
 }
 
 

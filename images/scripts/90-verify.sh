@@ -315,7 +315,9 @@ check_kubernetes() {
     [[ -n "$GPUFORGE_KUBERNETES_VERSION" ]] || return 0
     local reported state binary
     # Through PATH (as under sudo: /usr/local/sbin and /usr/local/bin first), each where 72-kubernetes.sh put it.
-    for binary in "$KUBELET_BIN" "$CONTAINERD_BIN" "$RUNC_BIN"; do
+    # aws-iam-authenticator only by its presence: its sha256 was checked at install, and its version output
+    # could not be read at its source (the Go module proxy does not serve sigs.k8s.io/aws-iam-authenticator).
+    for binary in "$KUBELET_BIN" "$CONTAINERD_BIN" "$RUNC_BIN" "$AUTHENTICATOR_BIN"; do
         [[ -x "$ROOT$binary" ]] || fail "$(basename "$binary")" "$binary is missing (72-kubernetes.sh installs it)"
     done
     reported="$(kubelet --version 2>&1)" || true

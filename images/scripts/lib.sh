@@ -278,8 +278,11 @@ monitoring_prefix() { echo "/opt/gpuforge/$1-$2"; }
 # --- Kubernetes node parts (72-kubernetes.sh, 90-verify.sh, images/files/kubernetes/) -----------
 
 # The matrix's kubernetes.* downloads, in install order (gpuforge.images.matrix.KUBERNETES_KEYS).
-KUBERNETES_PARTS=(kubelet containerd runc cni_plugins)
+KUBERNETES_PARTS=(kubelet containerd runc cni_plugins aws_iam_authenticator)
 KUBELET_BIN="/usr/local/bin/kubelet"
+# The kubelet's credential plugin, where the join configuration's kubeconfig runs it
+# (gpuforge.components.eks_join.AUTHENTICATOR).
+AUTHENTICATOR_BIN="/usr/local/bin/aws-iam-authenticator"
 CONTAINERD_BIN="/usr/local/bin/containerd"
 RUNC_BIN="/usr/local/sbin/runc"
 CNI_BIN_DIR="/opt/cni/bin"

@@ -58,6 +58,7 @@ def _releases(directory: Path, data: dict[str, Any]) -> dict[str, Any]:
         ),
         "runc": b"#!/bin/sh\necho runc\n",
         "cni_plugins": _tarball({"./loopback": "#!/bin/sh\n", "./bridge": "#!/bin/sh\n"}),
+        "aws_iam_authenticator": b"#!/bin/sh\necho authenticator\n",
     }
     for key, body in bodies.items():
         pin = data["kubernetes"][key]
@@ -115,13 +116,14 @@ def test_every_part_is_checked_then_installed_and_the_kubelet_enabled_not_starte
     data = _releases(tmp_path / "releases", load_matrix_data())
     done, calls, root = _run(_payload(tmp_path, data), tmp_path, tmp_path / "releases")
     assert done.returncode == 0, done.stderr
-    assert [call.split()[0] for call in calls][:4] == ["curl"] * 4  # every download before any install
-    assert calls[4:] == ["systemctl daemon-reload", "systemctl enable kubelet.service"]
+    assert [call.split()[0] for call in calls][:5] == ["curl"] * 5  # every download before any install
+    assert calls[5:] == ["systemctl daemon-reload", "systemctl enable kubelet.service"]
     for path in (
         "usr/local/bin/kubelet",
         "usr/local/bin/containerd",
         "usr/local/sbin/runc",
         "opt/cni/bin/loopback",
+        "usr/local/bin/aws-iam-authenticator",
     ):
         assert (root / path).stat().st_mode & 0o111, path
     assert (root / "etc/containerd/config.toml").read_text() == (FILES / "containerd-config.toml").read_text()
@@ -131,8 +133,8 @@ def test_every_part_is_checked_then_installed_and_the_kubelet_enabled_not_starte
     ).read_text()
     assert (units / "kubelet.service").is_file() and (units / "containerd.service").is_file()
     assert (
-        "kubelet 1.35.8, containerd 2.3.4, runc 1.4.3, CNI plugins 1.9.1 for control plane 1.35"
-        in done.stderr
+        "kubelet 1.35.8, containerd 2.3.4, runc 1.4.3, CNI plugins 1.9.1, aws-iam-authenticator 0.7.12 "
+        "for control plane 1.35" in done.stderr
     )
 
 

@@ -99,7 +99,13 @@ def _add_kubernetes_parts(node: Node) -> None:
         "etc/systemd/system/kubelet.service.d/gpuforge.conf": gate,
     }
     node.setdefault("replayed", []).extend(
-        ["usr/local/bin/kubelet", "usr/local/bin/containerd", "usr/local/sbin/runc", "opt/cni/bin/loopback"]
+        [
+            "usr/local/bin/kubelet",
+            "usr/local/bin/containerd",
+            "usr/local/sbin/runc",
+            "opt/cni/bin/loopback",
+            "usr/local/bin/aws-iam-authenticator",
+        ]
     )
 
 
