@@ -50,6 +50,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpuforge.scheduler.render import ACCOUNTS_FILE, RDS_CA_BUNDLE
+
 SCRATCH_MOUNT = "/scratch"
 # XFS labels are at most 12 characters (xfs_admin(8)).
 SCRATCH_LABEL = "scratch"
@@ -94,9 +96,9 @@ _MONITORING_PATH = re.compile(r"(?:[a-z0-9_-]+/)?[a-z0-9_-]+(?:\.[a-z0-9_-]+)+",
 SLURMDBD_CONF_NAME = "slurmdbd.conf"
 SLURMDBD_TEMPLATE = "/etc/gpuforge/slurmdbd.conf.rendered"
 SLURMCTLD_UNIT_DIR = "/etc/systemd/system/slurmctld.service.d"
-# The rendered teams, users and QOS (gpuforge.scheduler.render.ACCOUNTS_FILE), applied by the image's
-# gpuforge-sync-accounts.service (images/files/) once slurmdbd and slurmctld are up; it retries a failed sacctmgr.
-ACCOUNTS_FILE_NAME = "gpuforge-accounts.json"
+# The rendered teams, users and QOS, applied by the image's gpuforge-sync-accounts.service (images/files/) once
+# slurmdbd and slurmctld are up; it retries a failed sacctmgr.
+ACCOUNTS_FILE_NAME = ACCOUNTS_FILE
 SYNC_ACCOUNTS_UNIT = "gpuforge-sync-accounts.service"
 # The local MariaDB (accounting.database: local): its data and the password generated at its first boot both live on
 # the controller's encrypted state volume, so a replaced controller keeps its job history and its password.
@@ -107,11 +109,9 @@ MARIADB_CNF = "/etc/mysql/mariadb.conf.d/90-gpuforge.cnf"
 MARIADB_DROP_IN = "/etc/systemd/system/mariadb.service.d/mariadb-gpuforge.conf"
 # slurmdbd's database (StorageLoc's default, slurmdbd.conf(5)) and the local user it connects as.
 ACCOUNTING_DATABASE_NAME = "slurm_acct_db"
-# Aurora requires TLS (require_secure_transport=ON), and its server certificates chain to Amazon RDS's own CAs,
-# which no OS trust store holds (https://docs.aws.amazon.com/AmazonRDS/latest/AuroraUserGuide/UsingWithRDS.SSL.html:
-# the certificate bundles at truststore.pki.rds.amazonaws.com). slurmdbd verifies the server with this bundle
-# (slurmdbd.conf StorageParameters=SSL_CA=..., slurmdbd.conf(5) of Slurm 26.05); the image must carry it.
-RDS_CA_BUNDLE = "/etc/gpuforge/rds-ca-bundle.pem"
+# Aurora requires TLS (require_secure_transport=ON); slurmdbd verifies the server with RDS_CA_BUNDLE (the renderer's
+# constant, imported above: slurmdbd.conf StorageParameters=SSL_CA=..., slurmdbd.conf(5) of Slurm 26.05). The
+# certificate bundles are at truststore.pki.rds.amazonaws.com; the image must carry it.
 LOCAL_STORAGE_USER = "slurm"
 # XFS label of slurmctld's state volume (at most 12 characters, xfs_admin(8)).
 STATE_LABEL = "slurmctld"
@@ -473,6 +473,12 @@ UNIT
 # Slurm's config parser ends a value at an unescaped '#' and drops a backslash before any character
 # (SchedMD/slurm src/common/parse_config.c, _strip_comments and _strip_escapes), so both are escaped. The password is
 # never printed, logged or passed on a command line; the file is written 0600 by SlurmUser in one rename.
+# Why the boot, not the renderer, writes StorageHost/StoragePort for Aurora: the boot must write StorageUser and
+# StoragePass from RDS's secret in any case (neither may be in a rendered file or Pulumi state), so the whole
+# connection is written in this one place; and the rendered files are the same for the controller, `gpuforge
+# scheduler render` and `gpuforge plan`, rendered from the stack config and the controller's planned address,
+# both known before anything exists, while the Aurora endpoint is known only once the cluster is made. The
+# renderer's StorageHost=localhost is the local MariaDB's, which this rewrite leaves equal.
 _SLURMDBD_CONF = r"""
 write_slurmdbd_conf() {
     local tmp attempt

@@ -65,6 +65,11 @@ ACCOUNTS_FILE: Literal["gpuforge-accounts.json"] = "gpuforge-accounts.json"
 # so a production job always starts before a research job. The same weight AWS ParallelCluster's docs and
 # Slurm's own examples use for a dominant factor.
 PRIORITY_WEIGHT_QOS = 10000
+# The RDS CA bundle slurmdbd verifies Aurora's certificate with (accounting.database: aurora): Aurora's server
+# certificates chain to Amazon RDS's own CAs, which no OS trust store holds
+# (https://docs.aws.amazon.com/AmazonRDS/latest/AuroraUserGuide/UsingWithRDS.SSL.html). The controller's boot
+# (components/user_data.py) checks and names the same file.
+RDS_CA_BUNDLE = "/etc/gpuforge/rds-ca-bundle.pem"
 # The node's registration line as `gpuforge scheduler render` writes it beside the config files.
 REGISTRATION_FILE = "slurmd-register.conf"
 
@@ -106,7 +111,7 @@ class SlurmSite:
     storage_user: str = "slurm"
     storage_loc: str = "slurm_acct_db"  # StorageLoc's default (slurmdbd.conf(5))
     # The RDS CA bundle slurmdbd verifies Aurora's certificate with (accounting.database: aurora).
-    storage_tls_ca: str = "/etc/gpuforge/rds-ca-bundle.pem"
+    storage_tls_ca: str = RDS_CA_BUNDLE
 
     def __post_init__(self) -> None:
         slurm_values.HOST_NAME.check(self.controller_host, field="SlurmSite.controller_host")

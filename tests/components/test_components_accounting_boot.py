@@ -269,3 +269,13 @@ def test_the_controller_enables_sync_accounts_after_slurmctld_without_waiting_fo
                 BASE, files={"slurm.conf": "ClusterName=demo\n", "gpuforge-accounts.json": "{}"}
             )
         )
+
+
+def test_the_boot_and_the_renderer_name_one_rds_ca_bundle() -> None:
+    """The path the rendered slurmdbd.conf names (StorageParameters=SSL_CA=...) is the one the boot checks and
+    writes: one constant, so the two cannot drift apart."""
+    from gpuforge.scheduler import render
+
+    site = render.SlurmSite(controller_host="demo-slurmctld", controller_addr="10.0.0.10")
+    assert site.storage_tls_ca == render.RDS_CA_BUNDLE
+    assert f"readonly STORAGE_TLS_CA={render.RDS_CA_BUNDLE}\n" in render_controller(AURORA)
