@@ -216,9 +216,14 @@ def test_srun_runs_on_both_nodes_with_the_gpus_it_was_given(
 
 
 def _mapping(test_cluster: SlurmTestCluster, node: str) -> dict[str, str]:
-    """The node's dcgm-exporter job mapping files (JOB_MAP_DIR/<node>) as GPU index -> content."""
+    """The node's dcgm-exporter job mapping files (JOB_MAP_DIR/<node>) as GPU index -> content.
+
+    Only the files dcgm-exporter reads (named by GPU index): the atomic writer's hidden
+    temporary file may be there for a moment, and is not a mapping."""
     folder = test_cluster.root / JOB_MAP_DIR.lstrip("/") / node
-    return {path.name: path.read_text() for path in folder.iterdir()} if folder.is_dir() else {}
+    if not folder.is_dir():
+        return {}
+    return {path.name: path.read_text() for path in folder.iterdir() if not path.name.startswith(".")}
 
 
 def test_the_prolog_maps_each_job_s_gpus_and_the_epilog_removes_them(
