@@ -7,6 +7,7 @@ component used on its own refuses exactly what a GpuClusterSpec refuses.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from collections.abc import Mapping
 from datetime import timedelta
@@ -86,7 +87,11 @@ def check_availability_zone(zone: str, region: str, region_from: str = "the AMI'
 def check_capacity(capacity: CapacitySpec) -> None:
     """Each capacity type takes exactly the fields it needs."""
     if capacity.type == "on-demand":
-        _refuse_set(capacity, ("reservation_id", "start", "end", "placement_group"), "on-demand capacity")
+        _refuse_set(
+            capacity,
+            ("reservation_id", "start", "end", "placement_group", "upfront_fee_usd"),
+            "on-demand capacity",
+        )
         return
     if capacity.reservation_id is None:
         what = "a Capacity Block" if capacity.type == "capacity-block" else "a targeted Capacity Reservation"
@@ -98,7 +103,7 @@ def check_capacity(capacity: CapacitySpec) -> None:
         )
     slurm_values.RESERVATION_ID.check(capacity.reservation_id, field="capacity.reservation_id")
     if capacity.type == "reservation":
-        _refuse_set(capacity, ("start", "end"), "an On-Demand Capacity Reservation")
+        _refuse_set(capacity, ("start", "end", "upfront_fee_usd"), "an On-Demand Capacity Reservation")
         if capacity.placement_group is not None and not 1 <= len(capacity.placement_group) <= 255:
             raise invalid(
                 "capacity.placement_group",
@@ -137,6 +142,14 @@ def _check_capacity_block(capacity: CapacitySpec) -> None:
                 "add the zone, e.g. a trailing Z for UTC as EC2 prints it",
             )
     assert capacity.start is not None and capacity.end is not None  # checked just above
+    fee = capacity.upfront_fee_usd
+    if fee is not None and not (math.isfinite(fee) and fee > 0):
+        raise invalid(
+            "capacity.upfront_fee_usd",
+            fee,
+            "a Capacity Block's upfront fee is a positive amount in USD",
+            "set upfront_fee_usd to the fee the purchase showed, or remove it",
+        )
     lead = timedelta(minutes=capacity.scale_in_minutes_before_end)
     if lead <= CAPACITY_BLOCK_TERMINATION_LEAD:
         raise invalid(

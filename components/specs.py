@@ -133,6 +133,8 @@ class CapacitySpec(_Spec):
       No placement group: AWS places block instances close together. The node group
       holds zero nodes until `start` and scales to zero `scale_in_minutes_before_end`
       minutes before `end` (AWS begins terminating 30 minutes before the end).
+      `upfront_fee_usd`, optional, is the fee paid for the block: AWS returns no fee for a
+      purchased block, and `gpuforge usage` prices its GPU-hours from it. It builds nothing.
     """
 
     type: CapacityType = "on-demand"
@@ -141,6 +143,7 @@ class CapacitySpec(_Spec):
     start: datetime | None = None
     end: datetime | None = None
     scale_in_minutes_before_end: int = 45
+    upfront_fee_usd: float | None = None
 
     @model_validator(mode="after")
     def _rules(self) -> Self:

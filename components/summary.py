@@ -50,6 +50,8 @@ def cluster_summary(
             "reservation_id": spec.capacity.reservation_id,
             "start": spec.capacity.start.isoformat() if spec.capacity.start else None,
             "end": spec.capacity.end.isoformat() if spec.capacity.end else None,
+            # A Capacity Block's fee as the stack gives it (AWS returns none for a purchased block).
+            "upfront_fee_usd": spec.capacity.upfront_fee_usd,
             "initial_nodes": plan.initial_size,
             "schedule": [{"action": s.label, "at": s.start_time, "nodes": s.size} for s in plan.schedule],
         },

@@ -17,6 +17,7 @@ config:
     placementGroup: my-cluster-pg       # reservation only, optional: the reservation's placement group
     start: "2025-07-01T11:30:00Z"       # capacity-block only, with a time zone
     end: "2025-07-15T11:30:00Z"
+    upfrontFeeUsd: 12000.0            # capacity-block only, optional: the fee the purchase showed (an example)
   gpuforge:lustre:                      # optional: no key, no file system
     deploymentType: PERSISTENT_2
     storageCapacityGiB: 4800
@@ -132,6 +133,7 @@ class _CapacityKeys(_Strict):
     placement_group: StrictStr | None = Field(default=None, alias="placementGroup")
     start: AwareDatetime | None = None
     end: AwareDatetime | None = None
+    upfront_fee_usd: StrictFloat | None = Field(default=None, alias="upfrontFeeUsd")
 
     @field_validator("start", "end", mode="before")
     @classmethod

@@ -285,7 +285,11 @@ def _capacity(capacity: Mapping[str, Any]) -> str:
         return "On-Demand"
     if capacity["type"] == "reservation":
         return f"Capacity Reservation {capacity['reservation_id']}"
-    return f"Capacity Block {capacity['reservation_id']}, {capacity['start']} to {capacity['end']}"
+    block = f"Capacity Block {capacity['reservation_id']}, {capacity['start']} to {capacity['end']}"
+    fee = capacity.get("upfront_fee_usd")
+    if fee is None:
+        return block
+    return f"{block}; upfront fee ${fee:,.2f} (gpuforge:capacity.upfrontFeeUsd)"
 
 
 def _policies(plan: Plan) -> list[str]:

@@ -76,7 +76,7 @@ def register(subparsers: Any) -> None:
         "--capacity-block-fee",
         type=float,
         metavar="USD",
-        help="the upfront fee paid for the stack's Capacity Block",
+        help="the upfront fee paid for the stack's Capacity Block (overrides gpuforge:capacity.upfrontFeeUsd)",
     )
     parser.set_defaults(handler=_usage)
 

@@ -7,8 +7,9 @@
 - A Capacity Block is paid up front for its whole span. AWS exposes the fee only on offerings
   (DescribeCapacityBlockOfferings' `UpfrontFee`); a purchased block (DescribeCapacityBlocks'
   `CapacityBlock`, DescribeCapacityReservations) carries none in botocore's EC2 model, so the fee
-  is given with --capacity-block-fee (the amount paid, as the purchase showed it). A GPU-hour then
-  costs the fee over the block's hours x nodes x GPUs per node.
+  (the amount paid, as the purchase showed it) comes from the stack's `gpuforge:capacity.upfrontFeeUsd`,
+  or from --capacity-block-fee, which overrides it. A GPU-hour then costs the fee over the block's
+  hours x nodes x GPUs per node.
 """
 
 from __future__ import annotations
@@ -37,20 +38,25 @@ class Rate:
         }
 
 
-def capacity_block_rate(config: StackConfig, gpus_per_node: int, fee_usd: float | None) -> Rate:
+def capacity_block_rate(config: StackConfig, gpus_per_node: int, fee_flag_usd: float | None) -> Rate:
+    """The block's rate from `fee_flag_usd` (--capacity-block-fee) when given, else the stack's upfrontFeeUsd."""
     capacity = config.capacity
     assert capacity.start is not None and capacity.end is not None  # CapacitySpec requires them
+    fee_usd, given_by = fee_flag_usd, "--capacity-block-fee"
+    if fee_usd is None:
+        fee_usd, given_by = capacity.upfront_fee_usd, f"gpuforge:capacity.upfrontFeeUsd in {config.source}"
     if fee_usd is None:
         return Rate(
             None,
             "no price: a Capacity Block is paid by its upfront fee, which AWS returns only for offerings, "
-            "not for a purchased block; pass --capacity-block-fee USD (the fee the purchase showed)",
+            "not for a purchased block; set gpuforge:capacity.upfrontFeeUsd in the stack or pass "
+            "--capacity-block-fee USD (the fee the purchase showed)",
         )
     hours = (capacity.end - capacity.start).total_seconds() / 3600
     gpu_hours = hours * config.node_count * gpus_per_node
     return Rate(
         fee_usd / gpu_hours,
-        f"Capacity Block upfront fee ${fee_usd:,.2f} (--capacity-block-fee) over {hours:g} h x "
+        f"Capacity Block upfront fee ${fee_usd:,.2f} ({given_by}) over {hours:g} h x "
         f"{config.node_count} nodes x {gpus_per_node} GPUs",
     )
 

@@ -83,3 +83,20 @@ def test_p5_prod_with_aurora_plans_the_database_and_passes_the_pack(
     assert line.startswith(
         f"  accounting slurmdbd with Aurora MySQL Serverless v2 8.0.mysql_aurora.3.10.0 at {accounting['endpoint']} "
     )
+
+
+def test_a_capacity_block_fee_set_in_the_stack_is_in_the_capacity_summary(
+    catalog_path: Path, stack_copy: StackCopy
+) -> None:
+    capacity = yaml.safe_load((STACK_DIR / "Pulumi.p5-prod.yaml").read_text(encoding="utf-8"))["config"][
+        "gpuforge:capacity"
+    ]
+    stack = stack_copy(overrides={"gpuforge:capacity": {**capacity, "upfrontFeeUsd": 123456.78}})
+    result = plan(stack, "p5-prod", catalog=catalog_path)
+    assert result.summary["capacity"]["upfront_fee_usd"] == 123456.78
+    line = next(line for line in summary_lines(result.summary) if line.startswith("  capacity "))
+    assert line.endswith("; upfront fee $123,456.78 (gpuforge:capacity.upfrontFeeUsd)"), line
+    # Without the key: no fee in the summary, and `gpuforge usage` says it has no price.
+    unset = {**result.summary, "capacity": {**result.summary["capacity"], "upfront_fee_usd": None}}
+    line = next(line for line in summary_lines(unset) if line.startswith("  capacity "))
+    assert "fee" not in line

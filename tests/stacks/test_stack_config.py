@@ -372,3 +372,34 @@ def test_a_monitoring_block_is_a_key_the_stack_config_reads(tmp_path: Path) -> N
     block = {"retentionDays": 30, "drainOnAlert": False}
     loaded = load_stack_config(_stack(tmp_path, _config(**{"gpuforge:monitoring": block})), "test")
     assert json.loads(loaded.engine_values["gpuforge:monitoring"]) == block
+
+
+def test_a_capacity_block_takes_an_upfront_fee_and_no_other_capacity_does(tmp_path: Path) -> None:
+    block = {
+        "type": "capacity-block",
+        "reservationId": "cr-0123456789abcdef0",
+        "start": "2025-07-01T11:30:00Z",
+        "end": "2025-07-15T11:30:00Z",
+    }
+    loaded = load_stack_config(
+        _stack(tmp_path, _config(**{"gpuforge:capacity": {**block, "upfrontFeeUsd": 1234.5}})), "test"
+    )
+    assert loaded.capacity.upfront_fee_usd == 1234.5
+    whole = load_stack_config(
+        _stack(tmp_path, _config(**{"gpuforge:capacity": {**block, "upfrontFeeUsd": 1000}})), "test"
+    )
+    assert whole.capacity.upfront_fee_usd == 1000.0
+    assert load_stack_config(_stack(tmp_path, _config()), "test").capacity.upfront_fee_usd is None
+    for fee in (0, -5, float("inf")):
+        message = _error(tmp_path, _config(**{"gpuforge:capacity": {**block, "upfrontFeeUsd": fee}}))
+        assert "gpuforge:capacity.upfrontFeeUsd" in message and "Fix:" in message, message
+    message = _error(tmp_path, _config(**{"gpuforge:capacity": {**block, "upfrontFeeUsd": "12000"}}))
+    assert "gpuforge:capacity.upfrontFeeUsd" in message, message
+    for other in (
+        {"type": "on-demand", "upfrontFeeUsd": 100},
+        {"type": "reservation", "reservationId": "cr-0123456789abcdef0", "upfrontFeeUsd": 100},
+    ):
+        message = _error(tmp_path, _config(**{"gpuforge:capacity": other}))
+        assert (
+            "gpuforge:capacity.upfrontFeeUsd = 100" in message and "Fix: remove upfront_fee_usd" in message
+        ), message

@@ -284,3 +284,24 @@ def test_the_checkpoint_interval_is_gpuforge_checkpoints_advice(
     code = main(["usage", str(stack), "--stack", "p5-prod", *(str(flag) for flag in (*flags, *events))])
     assert code == 0
     assert f"checkpoint interval: {expected.line()}" in capsys.readouterr().out
+
+
+def test_a_capacity_block_fee_in_the_stack_prices_the_report_and_the_flag_overrides_it(
+    capsys: pytest.CaptureFixture[str], make_stack: StackMaker
+) -> None:
+    block = {
+        "type": "capacity-block",
+        "reservationId": "cr-0a1b2c3d4e5f60718",
+        "start": "2026-12-04T11:30:00Z",
+        "end": "2026-12-05T11:30:00Z",
+        "upfrontFeeUsd": 12000,
+    }
+    stack = make_stack(**{"gpuforge:capacity": block})  # 2 x p5.48xlarge: 16 GPUs for 24 h
+    flags = ("--since", SINCE, "--until", UNTIL, "--sacct-json", FIXTURES / "sacct-duplicates.json")
+    report = _usage(capsys, stack, *flags)
+    assert report["price"]["usd_per_gpu_hour"] == round(12000 / (24 * 2 * 8), 6)
+    assert "gpuforge:capacity.upfrontFeeUsd" in report["price"]["source"]
+    assert report["total"]["cost_usd"] == round(43 / 3600 * 12000 / (24 * 2 * 8), 2)
+    flagged = _usage(capsys, stack, *flags, "--capacity-block-fee", "24000")
+    assert flagged["price"]["usd_per_gpu_hour"] == round(24000 / (24 * 2 * 8), 6)
+    assert "--capacity-block-fee" in flagged["price"]["source"]
