@@ -20,7 +20,7 @@ from pathlib import Path
 from gpuforge import hardware
 from gpuforge.display import cut
 from gpuforge.errors import InputError
-from gpuforge.node import efa_metrics, job_mapping, slurm
+from gpuforge.node import efa_metrics, job_mapping, kubernetes, slurm
 from gpuforge.node.asg import report_unhealthy
 from gpuforge.node.checks import CHECKS, PERIODIC_CHECKS, run_checks
 from gpuforge.node.context import EFA_ATTEMPTS, HostPaths, NodeContext
@@ -78,7 +78,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--node-name",
         metavar="NAME",
         type=_slurm_node_name,
-        help="the node's Slurm name for --slurm (default: $SLURMD_NODENAME, else the short hostname)",
+        help="the node's Slurm name for --slurm (default: $SLURMD_NODENAME, else the short hostname); "
+        "its Kubernetes node name for --kubernetes (required there)",
+    )
+    check.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="the periodic check on a Kubernetes node: when not healthy, cordon and taint the node, state "
+        "the 'gpuforge: ...' reason in its GpuforgeHealthy condition, evict its pods within their "
+        "disruption budgets (gpuforge.node.kubernetes)",
+    )
+    check.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=kubernetes.DEFAULT_KUBECONFIG,
+        metavar="PATH",
+        help=f"the node agent's own kubeconfig for --kubernetes (default {kubernetes.DEFAULT_KUBECONFIG})",
     )
     check.add_argument(
         "--require-fsx", action="store_true", help="fail unless /fsx is mounted (FSx for Lustre)"
@@ -174,12 +189,20 @@ def handle_check(args: argparse.Namespace, paths: HostPaths | None = None) -> in
     """Run the gate; `paths` moves the /proc, /sys and state-file paths below another root (tests)."""
     started = time.monotonic()
     host = paths or HostPaths()
+    periodic = args.slurm or args.kubernetes
+    if args.slurm and args.kubernetes:
+        raise InputError("--slurm and --kubernetes name two schedulers. Fix: give the node's one scheduler.")
+    if args.kubernetes and not args.node_name:
+        raise InputError(
+            "--kubernetes needs --node-name, the node's Kubernetes name (`kubectl get nodes`). "
+            "Fix: pass --node-name NAME, as the gpuforge unit on the node does."
+        )
     expected = _expected_type(args.expect)
     manifest = load_manifest(args.manifest)
-    imds = ImdsClient(timeout_s=slurm.IMDS_TIMEOUT_S if args.slurm else TIMEOUT_S)
+    imds = ImdsClient(timeout_s=slurm.IMDS_TIMEOUT_S if periodic else TIMEOUT_S)
     type_name = expected if expected is not None else imds.identity().instance_type
     instance = hardware.get(type_name)
-    if args.slurm:
+    if periodic:
         runner = SubprocessRunner(
             timeout_s=slurm.CHECK_COMMAND_TIMEOUT_S, deadline=started + slurm.CHECKS_BUDGET_S
         )
@@ -192,9 +215,9 @@ def handle_check(args: argparse.Namespace, paths: HostPaths | None = None) -> in
         paths=host,
         require_fsx=args.require_fsx,
         # The EFA retry waits for devices that come up late in boot; a running node has them or not.
-        efa_attempts=1 if args.slurm else EFA_ATTEMPTS,
+        efa_attempts=1 if periodic else EFA_ATTEMPTS,
     )
-    report = run_checks(ctx, PERIODIC_CHECKS if args.slurm else CHECKS)
+    report = run_checks(ctx, PERIODIC_CHECKS if periodic else CHECKS)
     sys.stdout.write(dumps(report) if args.json else report.to_text() + "\n")
     if args.report_dir is not None:
         try:
@@ -216,6 +239,13 @@ def handle_check(args: argparse.Namespace, paths: HostPaths | None = None) -> in
             report_asg=(lambda: _report_asg(imds).instance_id) if args.report_asg else None,
         )
         agent.act(report, ctx)
+        return EXIT_HEALTHY if report.healthy else EXIT_UNHEALTHY
+    if args.kubernetes:
+        kubernetes.KubernetesAgent(
+            node=args.node_name,
+            api=kubernetes.core_api(args.kubeconfig),
+            report_asg=(lambda: _report_asg(imds).instance_id) if args.report_asg else None,
+        ).act(report, ctx)
         return EXIT_HEALTHY if report.healthy else EXIT_UNHEALTHY
     _mark_boot(report, host.boot_pass_marker)
     if report.healthy:

@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from gpuforge.errors import GpuforgeError
@@ -64,6 +65,8 @@ RBAC_RULES: tuple[dict[str, list[str]], ...] = (
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
 )
+# Where the node agent's own kubeconfig lives on a node (--kubeconfig).
+DEFAULT_KUBECONFIG = Path("/etc/gpuforge/node-agent.kubeconfig")
 DRAIN_BUDGET_S = 120.0
 RETRY_S = 5.0
 CONFLICT_ATTEMPTS = 5
@@ -255,3 +258,23 @@ class KubernetesAgent:
             f"kubeconfig user the rules in gpuforge.node.kubernetes.RBAC_RULES, and check that {self.node} is "
             "the node's Kubernetes name."
         )
+
+
+def core_api(kubeconfig: Path) -> Any:
+    """A CoreV1Api for the agent's own kubeconfig; missing client or file is an error with the fix."""
+    try:
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError as error:
+        raise KubernetesDrainError(
+            "--kubernetes needs the `kubernetes` Python client, which is not installed on this node. "
+            "Fix: install it in the image (pinned as the dev dependency kubernetes==35.0.0), or drop --kubernetes."
+        ) from error
+    try:
+        return client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+    except (OSError, ConfigException) as error:
+        raise KubernetesDrainError(
+            f"cannot read the node agent's kubeconfig {kubeconfig}: {error}. Fix: write it with a user allowed "
+            "gpuforge.node.kubernetes.RBAC_RULES (not the kubelet's: NodeRestriction forbids a node to taint "
+            "itself), or pass --kubeconfig PATH."
+        ) from error

@@ -110,6 +110,21 @@ class ApiServer:
     kubeconfig: Path
     ca: Path
 
+    def user_kubeconfig(self, user: str, *groups: str) -> Path:
+        """A kubeconfig that authenticates as `user` in `groups` (a client certificate of the test CA)."""
+        folder = self.ca.parent
+        ca_key = serialization.load_pem_private_key((folder / "ca.key").read_bytes(), password=None)
+        assert isinstance(ca_key, rsa.RSAPrivateKey)
+        ca_cert = x509.load_pem_x509_certificate(self.ca.read_bytes())
+        attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, group) for group in groups]
+        name = x509.Name([*attributes, x509.NameAttribute(NameOID.COMMON_NAME, user)])
+        stem = user.replace(":", "_")
+        key = _key()
+        cert = _certificate(name, key, ca_cert.subject, ca_key, ca=False, server=False)
+        (folder / f"{stem}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _write_key(key, folder / f"{stem}.key")
+        return _kubeconfig(folder, self.url, stem)
+
 
 def _pki(folder: Path, url: str) -> Path:
     """CA, serving cert, admin client cert, service-account key; returns the admin kubeconfig."""
@@ -131,12 +146,18 @@ def _pki(folder: Path, url: str) -> Path:
     (folder / "admin.crt").write_bytes(
         _certificate(admin_name, admin_key, ca_name, ca_key, ca=False, server=False).public_bytes(pem)
     )
+    _write_key(ca_key, folder / "ca.key")
     _write_key(server_key, folder / "server.key")
     _write_key(admin_key, folder / "admin.key")
     _write_key(sa_key, folder / "sa.key")
     (folder / "sa.pub").write_bytes(
         sa_key.public_key().public_bytes(pem, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
+    return _kubeconfig(folder, url, "admin")
+
+
+def _kubeconfig(folder: Path, url: str, user: str) -> Path:
+    """A kubeconfig for `user`, whose certificate and key are folder/<user>.crt and .key."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -145,17 +166,17 @@ def _pki(folder: Path, url: str) -> Path:
         ],
         "users": [
             {
-                "name": "admin",
+                "name": user,
                 "user": {
-                    "client-certificate": str(folder / "admin.crt"),
-                    "client-key": str(folder / "admin.key"),
+                    "client-certificate": str(folder / f"{user}.crt"),
+                    "client-key": str(folder / f"{user}.key"),
                 },
             }
         ],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": user}}],
         "current-context": "test",
     }
-    path = folder / "kubeconfig"
+    path = folder / f"{user}.kubeconfig"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
 
@@ -232,6 +253,10 @@ def open_api_server(folder: Path) -> Iterator[ApiServer]:
                     "--service-account-issuer=https://kubernetes.default.svc",
                     "--service-cluster-ip-range=10.96.0.0/24",
                     "--authorization-mode=Node,RBAC",
+                    # EKS's admission plugins beyond kube-apiserver's defaults ("View Amazon EKS platform
+                    # versions", https://docs.aws.amazon.com/eks/latest/userguide/platform-versions.html:
+                    # every platform version enables NodeRestriction and ExtendedResourceToleration).
+                    "--enable-admission-plugins=NodeRestriction,ExtendedResourceToleration",
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,

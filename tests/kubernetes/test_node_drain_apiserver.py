@@ -24,13 +24,16 @@ from kubernetes import client, config
 sys.path.insert(0, str(REPO / "tests/node"))
 from node_scenarios import context, fixture, p5_healthy
 from test_node_asg import REGION, group_with_one_instance, health
+from test_node_cli import run_node
 
+from gpuforge.errors import InputError
 from gpuforge.node.asg import report_unhealthy
 from gpuforge.node.checks import PERIODIC_CHECKS, run_checks
 from gpuforge.node.context import NodeContext
 from gpuforge.node.imds import Identity
 from gpuforge.node.kubernetes import (
     CONDITION_TYPE,
+    RBAC_RULES,
     REPORTED_ANNOTATION,
     TAINT_KEY,
     KubernetesAgent,
@@ -43,6 +46,7 @@ from gpuforge.node.xid import DMESG
 pytestmark = pytest.mark.slow
 # tests/node/test_node_slurm.py's XID79_REASON: the same failure gives the same reason on both paths.
 XID79_REASON = "gpuforge: xid 79,154 on GPU 5"
+P5_MANIFEST = REPO / "tests/fixtures/node/manifest/p5-h100.json"
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +56,18 @@ def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
 
 
 @pytest.fixture(scope="module")
-def core(api_server: ApiServer) -> client.CoreV1Api:
-    return client.CoreV1Api(config.new_client_from_config(str(api_server.kubeconfig)))
+def api_client(api_server: ApiServer) -> client.ApiClient:
+    return config.new_client_from_config(str(api_server.kubeconfig))
 
 
 @pytest.fixture(scope="module")
-def policy(api_server: ApiServer) -> client.PolicyV1Api:
-    return client.PolicyV1Api(config.new_client_from_config(str(api_server.kubeconfig)))
+def core(api_client: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+@pytest.fixture(scope="module")
+def policy(api_client: client.ApiClient) -> client.PolicyV1Api:
+    return client.PolicyV1Api(api_client)
 
 
 @pytest.fixture
@@ -282,3 +291,62 @@ def test_an_api_error_names_the_rules_the_agent_needs(core: client.CoreV1Api, tm
     report, ctx = failing_xid79(tmp_path)
     with pytest.raises(KubernetesDrainError, match=r"HTTP 404 .*RBAC_RULES"):
         KubernetesAgent(node="no-such-node", api=core, report_asg=None).act(report, ctx)
+
+
+def test_the_kubelets_own_identity_cannot_taint_its_node(
+    api_server: ApiServer, core: client.CoreV1Api
+) -> None:
+    """Why the agent has a kubeconfig of its own: NodeRestriction (on in EKS) refuses a node's taint change."""
+    make_node(core, "gpu-self")
+    kubelet = api_server.user_kubeconfig("system:node:gpu-self", "system:nodes")
+    as_kubelet = client.CoreV1Api(config.new_client_from_config(str(kubelet)))
+    with pytest.raises(KubernetesDrainError, match="HTTP 403"):
+        KubernetesAgent(node="gpu-self", api=as_kubelet, report_asg=None).cordon("xid", XID79_REASON)
+    assert TAINT_KEY not in {t.key for t in core.read_node("gpu-self").spec.taints}
+
+
+def test_node_check_kubernetes_drains_with_only_the_agents_rules(
+    api_server: ApiServer,
+    api_client: client.ApiClient,
+    core: client.CoreV1Api,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`gpuforge node check --kubernetes` end to end, as a user bound to RBAC_RULES and nothing else."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    rbac.create_cluster_role({"metadata": {"name": "gpuforge-node-agent"}, "rules": list(RBAC_RULES)})
+    subject = {"kind": "User", "name": "gpuforge-node-agent", "apiGroup": "rbac.authorization.k8s.io"}
+    role = {"kind": "ClusterRole", "name": "gpuforge-node-agent", "apiGroup": "rbac.authorization.k8s.io"}
+    rbac.create_cluster_role_binding(
+        {"metadata": {"name": "gpuforge-node-agent"}, "roleRef": role, "subjects": [subject]}
+    )
+    make_node(core, "gpu-cli")
+    kubeconfig = api_server.user_kubeconfig("gpuforge-node-agent")
+    code = run_node(
+        p5_healthy().set(DMESG, fixture("dmesg/xid79.txt")),
+        tmp_path,
+        monkeypatch,
+        "--kubernetes",
+        "--node-name",
+        "gpu-cli",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--expect",
+        "p5.48xlarge",
+        "--manifest",
+        str(P5_MANIFEST),
+    )
+    assert code == 1
+    node = core.read_node("gpu-cli")
+    assert node.spec.unschedulable is True
+    (condition,) = [c for c in node.status.conditions if c.type == CONDITION_TYPE]
+    assert condition.message == XID79_REASON
+    assert "cordoned gpu-cli: gpuforge: xid 79,154 on GPU 5" in capsys.readouterr().err
+
+
+def test_node_check_kubernetes_without_a_node_name_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(InputError, match="--kubernetes needs --node-name"):
+        run_node(p5_healthy(), tmp_path, monkeypatch, "--kubernetes", "--expect", "p5.48xlarge")
