@@ -350,3 +350,24 @@ def test_node_check_kubernetes_without_a_node_name_is_refused(
 ) -> None:
     with pytest.raises(InputError, match="--kubernetes needs --node-name"):
         run_node(p5_healthy(), tmp_path, monkeypatch, "--kubernetes", "--expect", "p5.48xlarge")
+
+
+def test_an_unreadable_agent_kubeconfig_is_an_error_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "absent.kubeconfig"
+    with pytest.raises(KubernetesDrainError, match=r"cannot read the node agent's kubeconfig .*RBAC_RULES"):
+        run_node(
+            p5_healthy().set(DMESG, fixture("dmesg/xid79.txt")),
+            tmp_path,
+            monkeypatch,
+            "--kubernetes",
+            "--node-name",
+            "gpu-x",
+            "--kubeconfig",
+            str(missing),
+            "--expect",
+            "p5.48xlarge",
+            "--manifest",
+            str(P5_MANIFEST),
+        )
