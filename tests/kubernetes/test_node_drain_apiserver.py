@@ -371,3 +371,24 @@ def test_an_unreadable_agent_kubeconfig_is_an_error_with_the_fix(
             "--manifest",
             str(P5_MANIFEST),
         )
+
+
+def test_a_passing_check_leaves_a_gpuforge_cordon_in_place_and_says_so(
+    core: client.CoreV1Api, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_node(core, "gpu-healed")
+    report, ctx = failing_xid79(tmp_path)
+    KubernetesAgent(node="gpu-healed", api=core, report_asg=None).act(report, ctx)
+    root = tmp_path / "healthy-root"
+    root.mkdir()
+    healthy_ctx, _ = context(p5_healthy(), "p5.48xlarge", root, attempts=1)
+    healthy = run_checks(healthy_ctx, PERIODIC_CHECKS)
+    assert healthy.healthy
+    KubernetesAgent(node="gpu-healed", api=core, report_asg=None).act(healthy, healthy_ctx)
+    node = core.read_node("gpu-healed")
+    assert node.spec.unschedulable is True and TAINT_KEY in {t.key for t in node.spec.taints}
+    assert "stays cordoned and tainted gpuforge.dev/unhealthy" in capsys.readouterr().err
+    # A node gpuforge never tainted is left alone by a passing check: no cordon.
+    make_node(core, "gpu-fine")
+    KubernetesAgent(node="gpu-fine", api=core, report_asg=None).act(healthy, healthy_ctx)
+    assert core.read_node("gpu-fine").spec.unschedulable is None
