@@ -1,4 +1,4 @@
-"""Every object `gpuforge kubernetes render` writes is accepted by a real kube-apiserver.
+"""Every Kubernetes object `gpuforge scheduler render` writes is accepted by a real kube-apiserver.
 
 The API server (kube_cluster.py: kube-apiserver 1.35.8 built from k8s.io/kubernetes, etcd 3.5
 from Debian) has Kueue's vendored CRDs (crds/, Kueue v0.17.4) installed for real; the rendered
@@ -57,10 +57,10 @@ def kueue_api(api_server: ApiServer) -> dynamic.DynamicClient:
 
 
 def rendered(tmp_path: Path) -> list[tuple[str, dict[str, Any]]]:
-    """The Kubernetes objects of stacks/training's p5-prod, by file (Helm values and index.yaml excluded)."""
+    """The Kubernetes objects of stacks/training's p5-eks, by file (Helm values and index.yaml excluded)."""
     out = tmp_path / "rendered"
     assert (
-        main(["kubernetes", "render", str(REPO / "stacks/training"), "--stack", "p5-prod", "--out", str(out)])
+        main(["scheduler", "render", str(REPO / "stacks/training"), "--stack", "p5-eks", "--out", str(out)])
         == 0
     )
     objects = []
