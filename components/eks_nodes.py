@@ -63,7 +63,7 @@ _BOUNDARY = "==GPUFORGE=="
 
 def gpu_group_name(cluster: str) -> str:
     """The node-group label value of the cluster's GPU nodes; Kueue's ResourceFlavor selects it
-    (gpuforge kubernetes render names the group the same way)."""
+    (gpuforge scheduler render names the group the same way)."""
     return f"{cluster}-gpu"
 
 

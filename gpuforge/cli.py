@@ -32,14 +32,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "policy": ("gpuforge.policycheck.cli", "check any Python Pulumi program offline"),
     "preflight": ("gpuforge.preflight.cli", "check an AWS account before `pulumi up`"),
     "node": ("gpuforge.node.cli", "health-check a GPU node (runs on the node)"),
-    "scheduler": ("gpuforge.scheduler.cli", "render the Slurm config of a stack"),
+    "scheduler": ("gpuforge.scheduler.cli", "render the scheduler config of a stack (Slurm, or Kubernetes objects)"),
     "monitoring": (
         "gpuforge.monitoring.cli",
         "render the Prometheus, Alertmanager and dcgm-exporter config of a stack",
     ),
     "validate": ("gpuforge.validate.cli", "judge NCCL and DCGM acceptance runs against per-type floors"),
     "usage": ("gpuforge.usage.cli", "GPU-hours held, useful and idle, unused reserved hours and cost"),
-    "kubernetes": ("gpuforge.kubernetes.cli", "render the Kubernetes add-ons and Kueue objects of a stack"),
 }
 
 Handler = Callable[[argparse.Namespace], int]

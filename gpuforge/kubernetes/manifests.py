@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -26,7 +26,11 @@ from gpuforge.kubernetes.addons import (
 )
 from gpuforge.kubernetes.kueue import GpuNodeGroup, QosLike, TeamLike
 
-HEADER = "# gpuforge kubernetes render: {path} for cluster {cluster}"
+if TYPE_CHECKING:
+    from gpuforge.stack_config import StackConfig
+
+# `gpuforge scheduler render` writes these for a `type: kubernetes` stack (the Slurm files for a Slurm one).
+HEADER = "# gpuforge scheduler render: {path} for cluster {cluster}"
 INDEX = "index.yaml"
 
 
@@ -127,6 +131,19 @@ def render_addons(
         files[path] = _dump(path, cluster, obj)
     files[INDEX] = _dump(INDEX, cluster, index)
     return dict(sorted(files.items()))
+
+
+def stack_addons(config: StackConfig) -> dict[str, str]:
+    """The add-on files of a stack's cluster: its GPU node group (named as components.eks_nodes
+    names it) and the `gpuforge:scheduler` teams and QOS the Slurm accounts are made from."""
+    from gpuforge import hardware
+
+    group = GpuNodeGroup(
+        name=f"{config.stack}-gpu",
+        instance_type=hardware.get(config.instance_type),
+        node_count=config.node_count,
+    )
+    return render_addons(config.stack, [group], config.scheduler.teams, config.scheduler.qos)
 
 
 def objects_of(files: dict[str, str]) -> list[dict[str, Any]]:

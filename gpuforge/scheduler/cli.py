@@ -7,7 +7,10 @@ slurmd-register.conf, the line each GPU node passes to `slurmd -Z --conf`. DIR i
 checked whole first and holds one cluster's set only (`gpuforge.rendered_set`). The cluster is the one the
 stack's Pulumi program builds: the same name, instance type, node bound, controller
 host and address (`gpuforge.components.slurm_controller`), so what is written here is
-what `pulumi up` puts on the controller. Exit 0, or 2 with the field and the fix.
+what `pulumi up` puts on the controller. For a `type: kubernetes` stack it writes instead the
+Kubernetes objects gpuforge applies (`gpuforge.kubernetes.manifests.stack_addons`: the device
+plugins, Kueue's values, Topology, ResourceFlavor, queues and priority classes), through the same
+`rendered_set`. Exit 0, or 2 with the field and the fix.
 
 `gpuforge scheduler sync-accounts [--accounts FILE] [--dry-run]` (on the controller) makes Slurm's
 teams, users and QOS equal to the rendered gpuforge-accounts.json with sacctmgr
@@ -19,25 +22,34 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from gpuforge.errors import InputError
 
 # Saved topology responses are small (100 instances a page, a few hundred bytes each): the data cap fits.
 from gpuforge.loading import MAX_DATA_BYTES, load_json
 from gpuforge.scheduler.accounts import DEFAULT_ACCOUNTS_PATH
 
+if TYPE_CHECKING:
+    from gpuforge.stack_config import StackConfig
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "scheduler",
-        help="render the Slurm config of a stack",
-        description="The Slurm scheduler of a gpuforge cluster.",
+        help="render the scheduler config of a stack (Slurm files, or Kubernetes objects)",
+        description="The scheduler of a gpuforge cluster: Slurm, or Kubernetes (EKS with Kueue).",
     )
     commands = parser.add_subparsers(dest="scheduler_command", required=True, metavar="COMMAND")
     render = commands.add_parser(
         "render",
-        help="write slurm.conf, gres.conf, cgroup.conf (and topology.conf) and the nodes' slurmd-register.conf",
-        description="Renders the files the stack's Slurm controller serves to its nodes (configless mode). "
-        "Exit 0 when written; 2 for bad config, a --slurm-version other than the matrix's pin, or a folder "
+        help="write slurm.conf, gres.conf, cgroup.conf (and topology.conf) and slurmd-register.conf; "
+        "for a Kubernetes stack its add-ons, Kueue objects and priority classes",
+        description="Renders the files the stack's Slurm controller serves to its nodes (configless mode), or, "
+        "for a `type: kubernetes` stack, the Kubernetes objects gpuforge applies as YAML, one object a file, and "
+        "index.yaml (each add-on's pins and sources, and what was not rendered and why). "
+        "Exit 0 when written; 2 for bad config, a --slurm-version other than the matrix's pin (or any Slurm "
+        "flag for a Kubernetes stack), a team, QOS or stack name that is not a Kubernetes name, or a folder "
         "that cannot be written or holds files gpuforge did not render for this cluster (nothing is written then).",
     )
     render.add_argument(
@@ -121,6 +133,8 @@ def _render(args: argparse.Namespace) -> int:
     from gpuforge.stack_config import load_stack_config
 
     config = load_stack_config(args.stack_dir, args.stack)
+    if config.scheduler.type == "kubernetes":
+        return _render_kubernetes(args, config)
     topology = None
     if args.topology is not None:
         topology = from_response(_read_topology(args.topology), where=str(args.topology))
@@ -129,11 +143,33 @@ def _render(args: argparse.Namespace) -> int:
     files: dict[str, str] = {str(name): text for name, text in render_files(cluster).items()}
     files[REGISTRATION_FILE] = registration_file(cluster)
     written, removed = write_set(args.out, files, cluster.name, rendered_for(cluster.name))
+    _report(written, removed)
+    return 0
+
+
+def _render_kubernetes(args: argparse.Namespace, config: StackConfig) -> int:
+    from gpuforge.kubernetes.manifests import rendered_for, stack_addons
+    from gpuforge.rendered_set import write_set
+    from gpuforge.stack_config import NAMESPACE
+
+    for flag, value in (("--slurm-version", args.slurm_version), ("--topology", args.topology)):
+        if value is not None:
+            raise InputError(
+                f"{flag}: stack {config.stack} ({config.source}) is scheduled by Kubernetes "
+                f"({NAMESPACE}:scheduler.type = 'kubernetes'); {flag} is for Slurm stacks. Fix: leave it out "
+                "(Kueue's Topology comes from the instance type's network layers)."
+            )
+    files = stack_addons(config)
+    written, removed = write_set(args.out, files, config.stack, rendered_for(config.stack))
+    _report(written, removed)
+    return 0
+
+
+def _report(written: list[Path], removed: list[Path]) -> None:
     for target in written:
         print(f"wrote {target}")
     for stale in removed:
         print(f"removed {stale} (the previous render's; this cluster has none now)")
-    return 0
 
 
 def _sync(args: argparse.Namespace) -> int:

@@ -277,7 +277,7 @@ def test_nodes_may_report_themselves_to_the_group_eks_made(mocks: GpuforgeMocks)
 
 
 def test_gpu_nodes_carry_what_the_kueue_flavor_selects_and_tolerates(mocks: GpuforgeMocks) -> None:
-    """The node group's join labels and taint match the ResourceFlavor `gpuforge kubernetes render` writes."""
+    """The node group's join labels and taint match the ResourceFlavor `gpuforge scheduler render` writes."""
     deploy()
     flavor = kueue.resource_flavor(
         "demo",
