@@ -75,6 +75,34 @@ def checkpoint_lines(config: StackConfig) -> list[str]:
     return [f"  checkpoint {first}", *(f"             {line}" for line in rest)]
 
 
+def team_lines(config: StackConfig) -> list[str]:
+    """The summary's teams and QOS (README, "Teams, quotas and preemption"): each team's GPU quota, QOS (the
+    first its default; none: Slurm's `normal`) and users, and each QOS's priority and whom it preempts.
+    Nothing when the stack names neither."""
+    scheduler = config.scheduler
+    lines = []
+    if scheduler.teams:
+        teams = "; ".join(
+            f"{team.name} {team.gpu_quota} GPUs, QOS "
+            + (
+                ", ".join([f"{team.qos[0]} (default)", *team.qos[1:]])
+                if team.qos
+                else "normal (Slurm's default)"
+            )
+            + f", users {', '.join(user.name for user in team.users)}"
+            for team in scheduler.teams
+        )
+        lines.append(f"  teams      {teams}")
+    if scheduler.qos:
+        levels = "; ".join(
+            f"{qos.name} priority {qos.priority}"
+            + (f", preempts {', '.join(qos.preempts)} (requeued, not killed)" if qos.preempts else "")
+            for qos in scheduler.qos
+        )
+        lines.append(f"  QOS        {levels}")
+    return lines
+
+
 def resource_document(resource: RecordedResource) -> dict[str, Any]:
     """One entry of `resources` (also `gpuforge policy check --json`'s)."""
     return {
@@ -100,7 +128,7 @@ def render_text(plan: Plan, *, slurm_conf: bool = False) -> str:
 
     With `slurm_conf`, the rendered slurm.conf follows, as written to the controller.
     """
-    summary = [*summary_lines(plan.summary), *checkpoint_lines(plan.config)]
+    summary = [*summary_lines(plan.summary), *team_lines(plan.config), *checkpoint_lines(plan.config)]
     lines = [*_header(plan), "", *_tree(plan), "", *summary, "", *_policies(plan), ""]
     lines.append(_result(plan))
     if slurm_conf:

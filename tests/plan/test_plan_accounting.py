@@ -100,3 +100,33 @@ def test_a_capacity_block_fee_set_in_the_stack_is_in_the_capacity_summary(
     unset = {**result.summary, "capacity": {**result.summary["capacity"], "upfront_fee_usd": None}}
     line = next(line for line in summary_lines(unset) if line.startswith("  capacity "))
     assert "fee" not in line
+
+
+def test_the_plan_summary_shows_p5_prod_s_teams_and_qos(catalog_path: Path) -> None:
+    from gpuforge.plan.render import render_text
+
+    text = render_text(plan(STACK_DIR, "p5-prod", catalog=catalog_path)).splitlines()
+    assert (
+        "  teams      llm 96 GPUs, QOS production (default), research, users alice, bob; "
+        "vision 32 GPUs, QOS research (default), users carol, bob"
+    ) in text
+    assert (
+        "  QOS        production priority 1000, preempts research (requeued, not killed); research priority 100"
+    ) in text
+
+
+def test_a_team_without_qos_runs_under_slurm_s_normal_and_no_teams_means_no_lines(
+    catalog_path: Path, stack_copy: StackCopy
+) -> None:
+    from gpuforge.plan.render import team_lines
+
+    scheduler = yaml.safe_load((STACK_DIR / "Pulumi.p5-prod.yaml").read_text(encoding="utf-8"))["config"][
+        "gpuforge:scheduler"
+    ]
+    bare = {key: value for key, value in scheduler.items() if key not in ("teams", "qos")}
+    teams = [{"name": "ml", "users": ["dana"], "gpuQuota": 8}]
+    stack = stack_copy(overrides={"gpuforge:scheduler": {**bare, "teams": teams}})
+    config = plan(stack, "p5-prod", catalog=catalog_path).config
+    assert team_lines(config) == ["  teams      ml 8 GPUs, QOS normal (Slurm's default), users dana"]
+    stack = stack_copy(overrides={"gpuforge:scheduler": bare})
+    assert team_lines(plan(stack, "p5-prod", catalog=catalog_path).config) == []
