@@ -600,6 +600,8 @@ def parse_engine_values(
         ),
     )
     slurm_version = _slurm_version(source, matrix_path) if scheduler.type == "slurm" else None
+    if scheduler.type == "kubernetes":
+        _check_kubernetes_version(source, matrix_path, scheduler.kubernetes_version)
     checkpoint = None if keys.checkpoint is None else CheckpointSpec(**keys.checkpoint.model_dump())
     if checkpoint is not None:
         # At plan time the cluster has no failure history yet: the published figure, a job on every node.
@@ -658,6 +660,37 @@ def _slurm_version(source: str, matrix_path: Path) -> str | None:
             f"{NAMESPACE}:scheduler.type: none."
         )
     return matrix.slurm.version
+
+
+def _check_kubernetes_version(source: str, matrix_path: Path, stack_version: str | None) -> None:
+    """A `type: kubernetes` cluster's control plane runs the matrix's `kubernetes.version`.
+
+    The image is built per Kubernetes minor (as EKS AMIs are) and `matrix check` judged its kubelet's
+    version skew and EKS support against that minor, so a stack naming another one would join nodes
+    to a control plane nobody checked them against. An invalid matrix is left to `resolve_ami`.
+    """
+    from gpuforge.images.matrix import Matrix, read_yaml
+
+    try:
+        matrix = Matrix.model_validate(read_yaml(matrix_path))
+    except ValidationError:
+        return
+    where = f"{NAMESPACE}:matrix {display_path(matrix_path)}"
+    if matrix.kubernetes is None:
+        raise InputError(
+            f"{source}: {NAMESPACE}:scheduler.type = 'kubernetes', but {where} pins no Kubernetes node parts (it "
+            "has no `kubernetes:` block), so its image has no kubelet or containerd to join the cluster. Fix: "
+            "use a matrix with a `kubernetes:` block (as images/matrices/p5-h100-cuda12.yaml has) or add one "
+            f"and build its image again, or set {NAMESPACE}:scheduler.type: slurm."
+        )
+    if stack_version != matrix.kubernetes.version:
+        raise InputError(
+            f"{source}: {NAMESPACE}:scheduler.kubernetesVersion = {cut(stack_version)}, but {where} pins "
+            f"kubernetes.version {matrix.kubernetes.version!r}: its image's kubelet "
+            f"{matrix.kubernetes.kubelet.version} was built and checked for that control plane only. Fix: set "
+            f'kubernetesVersion: "{matrix.kubernetes.version}", or change the matrix\'s kubernetes block '
+            "(version and kubelet), run `gpuforge matrix check` and build its image again."
+        )
 
 
 def cluster_spec(config: StackConfig, ami: AmiPin) -> GpuClusterSpec:

@@ -23,5 +23,5 @@ def test_p5_eks_plans_the_control_plane_node_groups_and_the_block_scale_down(cat
     assert gpu.inputs["capacityType"] == "CAPACITY_BLOCK"
     lines = "\n".join(summary_lines(result.summary))
     assert "16 x p5.48xlarge as an EKS managed node group" in lines
-    assert "Kubernetes 1.33 on EKS (endpoint private, authentication mode API" in lines
+    assert "Kubernetes 1.35 on EKS (endpoint private, authentication mode API" in lines
     assert "EKS scales the GPU node group to 0 at 2030-01-21T10:50:00+00:00 (40 minutes" in lines
