@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import Protocol
 
 from gpuforge.errors import GpuforgeError
 from gpuforge.hardware import InstanceType
@@ -65,6 +66,26 @@ SWEEP_START_BYTES = 8
 # dcgmi/DcgmiProfile.cpp prints "Successfully paused profiling." or "Error: unable to pause ...").
 PROFILE_PAUSE = ("dcgmi", "profile", "--pause")
 PROFILE_RESUME = ("dcgmi", "profile", "--resume")
+
+
+Outputs = list[tuple[str, str | None]]
+
+
+class Launcher(Protocol):
+    """How the acceptance's runs reach the nodes: Slurm's srun here, Kubernetes Jobs in
+    gpuforge.validate.kubernetes_jobs. `run_acceptance` judges what either returns the same way."""
+
+    def progress(self, line: str) -> None: ...
+
+    def diag_steps(self, plan: Plan) -> Outputs:
+        """Per node of the plan, in order: the `dcgmi diag` output and the launch's problem or None."""
+        ...
+
+    def all_reduce_steps(
+        self, plan: Plan, groups: Sequence[Sequence[str]], what: str, *, gpus_per_task: int = 1
+    ) -> Outputs:
+        """Per group, in order, all at once: one all_reduce_perf over the group's nodes, and its problem or None."""
+        ...
 
 
 class ValidateError(GpuforgeError):
@@ -99,6 +120,14 @@ class Slurm:
         if not result.ok:
             raise ValidateError(f"{result.failure()}. Fix: check that slurmctld answers (`scontrol ping`).")
         return result.stdout
+
+    def diag_steps(self, plan: Plan) -> Outputs:
+        return diag_with_profiling_paused(self, plan)
+
+    def all_reduce_steps(
+        self, plan: Plan, groups: Sequence[Sequence[str]], what: str, *, gpus_per_task: int = 1
+    ) -> Outputs:
+        return self.steps([plan.all_reduce(group, gpus_per_task=gpus_per_task) for group in groups], what)
 
     def steps(self, commands: Sequence[Sequence[str]], what: str) -> list[tuple[str, str | None]]:
         """Run `commands` at once; per command (stdout, problem or None), with a progress line as each ends."""
@@ -198,7 +227,13 @@ class Plan:
     def all_reduce(self, nodes: Sequence[str], *, gpus_per_task: int = 1) -> list[str]:
         gpus = self.instance_type.gpu_count
         per_node = gpus // gpus_per_task
-        command = [
+        return srun_argv(
+            nodes, per_node, gpus, self.env, self.all_reduce_command(gpus_per_task), self.minutes
+        )
+
+    def all_reduce_command(self, gpus_per_task: int = 1) -> list[str]:
+        """The all_reduce_perf argv of every run, whichever scheduler launches it (Slurm or Kubernetes)."""
+        return [
             "all_reduce_perf",
             "-b",
             str(SWEEP_START_BYTES),
@@ -212,7 +247,6 @@ class Plan:
             "-c",
             "1",
         ]
-        return srun_argv(nodes, per_node, gpus, self.env, command, self.minutes)
 
     def diag(self, node: str) -> list[str]:
         gpus = self.instance_type.gpu_count
@@ -307,18 +341,18 @@ def diag_with_profiling_paused(slurm: Slurm, plan: Plan) -> list[tuple[str, str 
                     )
 
 
-def run_acceptance(slurm: Slurm, plan: Plan) -> Report:
+def run_acceptance(slurm: Launcher, plan: Plan) -> Report:
     """The whole acceptance (see the module docstring); the report's verdicts say what fell short."""
     report = Report(floors=plan.floors, nodes=len(plan.nodes))
-    diag = diag_with_profiling_paused(slurm, plan)
+    diag = slurm.diag_steps(plan)
     for node, (text, problem) in zip(plan.nodes, diag, strict=True):
         run = parse_diag(text)
         if problem:
             run.problems.insert(0, f"the diag step on {node} failed: {problem}")
         report.diag.append(DiagVerdict(f"diag:{node}", run))
     gpus = plan.instance_type.gpu_count
-    nvlink = slurm.steps(
-        [plan.all_reduce([node], gpus_per_task=gpus) for node in plan.nodes], "NVLink all_reduce_perf"
+    nvlink = slurm.all_reduce_steps(
+        plan, [[node] for node in plan.nodes], "NVLink all_reduce_perf", gpus_per_task=gpus
     )
     for node, (text, problem) in zip(plan.nodes, nvlink, strict=True):
         report.nccl.append(_judged(f"nvlink:{node}", text, problem, plan, 1))
@@ -330,9 +364,7 @@ def run_acceptance(slurm: Slurm, plan: Plan) -> Report:
         """One round of pairs at once; each pair is a verdict of the report, and a failed one counts as 0."""
         nonlocal rounds
         rounds += 1
-        results = slurm.steps(
-            [plan.all_reduce(group) for group in groups], f"all_reduce_perf pairs, round {rounds}"
-        )
+        results = slurm.all_reduce_steps(plan, groups, f"all_reduce_perf pairs, round {rounds}")
         verdicts = [
             _judged(f"pair:{','.join(group)}", text, problem, plan, len(group))
             for group, (text, problem) in zip(groups, results, strict=True)
@@ -346,8 +378,8 @@ def run_acceptance(slurm: Slurm, plan: Plan) -> Report:
     report.slow_nodes, report.unresolved_nodes = found.slow, found.unresolved
     if len(plan.nodes) < CLUSTER_NODES:
         return report
-    ((text, problem),) = slurm.steps(
-        [plan.all_reduce(plan.nodes)], f"all_reduce_perf on {len(plan.nodes)} nodes"
+    ((text, problem),) = slurm.all_reduce_steps(
+        plan, [plan.nodes], f"all_reduce_perf on {len(plan.nodes)} nodes"
     )
     fabric = _judged(f"fabric:{len(plan.nodes)} nodes", text, problem, plan, len(plan.nodes))
     if not fabric.passed and all(item.passed for item in report.nccl if item.file.startswith("pair:")):

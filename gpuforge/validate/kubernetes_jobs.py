@@ -1,0 +1,364 @@
+"""The acceptance on a Kubernetes (EKS) stack: the same runs as on Slurm, as workloads admitted through Kueue.
+
+`run_acceptance` (gpuforge.validate.run) decides what runs and judges every output; this module
+is the other way to launch its runs (`KubernetesLauncher`, a `Launcher` like `Slurm`):
+
+- a single-node run (`dcgmi diag`, the NVLink all_reduce_perf) is a `batch/v1` Job of one pod
+  pinned to its node by `kubernetes.io/hostname`;
+- a multi-node run (a pair of the slow-node search, or the whole cluster) is a Kubeflow
+  `MPIJob` (`kubeflow.org/v2beta1`): one worker pod per node, and a launcher pod whose
+  `mpirun` starts one rank per GPU, as AWS's EKS sample does
+  (aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/kubernetes/nccl-tests.yaml,
+  commit 50820097a734ff9300a05149b6a60ed5eb7f91af). nccl-tests need MPI across nodes (built with
+  MPI=1, as images/scripts/55-nccl-tests.sh builds them), and Kueue admits MPIJobs as one gang.
+
+Every workload carries the team's LocalQueue (`kueue.x-k8s.io/queue-name`) and is created
+suspended, so nothing runs until Kueue admits it. A pair whose two nodes share the lowest
+network-node layer's label gets `kueue.x-k8s.io/podset-required-topology` at that layer (one
+switch); other groups get the preferred form, so a later round's cross-switch pair is not left
+pending forever.
+
+Decisions, with why:
+- No hostNetwork: EFA traffic bypasses the pod network (the EFA device plugin hands the pod the
+  EFA devices as `vpc.amazonaws.com/efa`; AWS's sample above and the EKS user guide's
+  "Machine learning training using Elastic Fabric Adapter" run pods on the pod network), and
+  only MPI's and NCCL's bootstrap use it.
+- A container image pinned by digest, not the host's binaries: the AMI's nccl-tests are linked
+  against the host's Open MPI, NCCL and glibc under paths a container would have to mount one by
+  one, and MPIJob's launcher reaches the workers over ssh inside the image. The image must carry
+  all_reduce_perf on PATH, Open MPI's mpirun, sshd, the EFA libfabric and aws-ofi-nccl (AWS's
+  nccl-tests.Dockerfile in the same folder builds such an image), and `dcgmi`; gpuforge builds no
+  such image yet, so `gpuforge validate --image REPOSITORY@sha256:...` names it.
+- The environment is `Plan.env`, the one the Slurm runs export (EFA provider, GPUDirect RDMA,
+  NCCL_DEBUG=INFO with INIT,NET), so the transport check reads the same lines.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuforge.errors import InputError
+from gpuforge.kubernetes.addons import Image, pins
+from gpuforge.kubernetes.kueue import GPU_RESOURCE, HOSTNAME_LABEL, LAYER_LABEL
+from gpuforge.node.context import expects_efa
+from gpuforge.validate.run import Outputs, Plan
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+MPIJOB_API = "kubeflow.org/v2beta1"
+RUN_LABEL = "gpuforge.dev/acceptance"
+# The labels Kubernetes and the MPI operator put on a workload's pods, to find them for their logs.
+JOB_POD_LABEL = "batch.kubernetes.io/job-name"
+MPI_JOB_LABEL = "training.kubeflow.org/job-name"
+MPI_ROLE_LABEL = "training.kubeflow.org/job-role"
+# Open MPI's own traffic over TCP on the pod network, not over the EFA devices NCCL uses
+# (the same --mca settings as AWS's EKS sample named in the module docstring).
+MPI_MCA = ("--mca", "pml", "^cm,ucx", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_exclude", "lo,docker0")
+_DIGEST_REF = re.compile(r"(?P<repository>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})")
+POLL_S = 5.0
+
+
+def image_from_reference(reference: str) -> Image:
+    """`REPOSITORY@sha256:<64 hex>` as an Image; anything else (a tag) is refused with the fix."""
+    match = _DIGEST_REF.fullmatch(reference)
+    if match is None:
+        raise InputError(
+            f"--image {reference!r}: the acceptance image must be pinned by digest (rule: "
+            "REPOSITORY@sha256:<64 hex>; a tag can point at another image tomorrow). Fix: pass the digest, "
+            "e.g. from `crane digest REPOSITORY:TAG` or your registry's console."
+        )
+    return Image(
+        repository=match["repository"],
+        tag="",
+        digest=match["digest"],
+        digest_source="gpuforge validate --image",
+    )
+
+
+@dataclass(frozen=True)
+class Workloads:
+    """Where the acceptance's workloads go: namespace, the team's LocalQueue, the image, a run id."""
+
+    namespace: str
+    queue: str
+    image: Image
+    run_id: str
+    timeout_s: float = 900.0
+
+
+def _labels(settings: Workloads) -> dict[str, str]:
+    return {QUEUE_LABEL: settings.queue, RUN_LABEL: settings.run_id}
+
+
+def _env(values: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"name": key, "value": value} for key, value in sorted(values.items())]
+
+
+def _gpu_pod_spec(
+    plan: Plan, settings: Workloads, command: list[str], env: Mapping[str, str]
+) -> dict[str, Any]:
+    """A container on all of a node's GPUs and EFA interfaces, with /dev/shm for NCCL and the GPU taint tolerated."""
+    instance = plan.instance_type
+    amounts = {GPU_RESOURCE: str(instance.gpu_count)}
+    if expects_efa(instance):
+        amounts[EFA_RESOURCE] = str(len(instance.efa_cards))
+    taint = pins().gpu_taint
+    return {
+        "restartPolicy": "Never",
+        "tolerations": [{"key": taint.key, "operator": "Exists", "effect": taint.effect}],
+        "containers": [
+            {
+                "name": "acceptance",
+                "image": settings.image.reference,
+                "command": command,
+                "env": _env(env),
+                # Extended resources need requests equal to limits (Kubernetes refuses overcommit).
+                "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+                "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+            }
+        ],
+        # NCCL's shared-memory transport and its proxy buffers live in /dev/shm; the runtime's default is 64 MiB.
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+    }
+
+
+def node_job(
+    plan: Plan, settings: Workloads, name: str, node: str, command: list[str], env: Mapping[str, str]
+) -> dict[str, Any]:
+    """A one-pod Job on `node`, suspended until Kueue admits it, ended at the step timeout."""
+    spec = _gpu_pod_spec(plan, settings, command, env)
+    spec["nodeSelector"] = {HOSTNAME_LABEL: node}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": settings.namespace, "labels": _labels(settings)},
+        "spec": {
+            "suspend": True,
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": int(settings.timeout_s),
+            "ttlSecondsAfterFinished": 3600,
+            "template": {"metadata": {"labels": {RUN_LABEL: settings.run_id}}, "spec": spec},
+        },
+    }
+
+
+def topology_annotation(
+    plan: Plan, group: Sequence[str], node_labels: Mapping[str, Mapping[str, str]]
+) -> dict[str, str]:
+    """Required at the lowest network-node layer when every node of `group` sits under that switch, else preferred."""
+    layers = plan.instance_type.topology_layers
+    if layers == 0:
+        return {}
+    level = LAYER_LABEL.format(layers)
+    switches = {node_labels.get(node, {}).get(level) for node in group}
+    same = len(switches) == 1 and None not in switches
+    return {(REQUIRED_TOPOLOGY if same else PREFERRED_TOPOLOGY): level}
+
+
+def mpi_job(
+    plan: Plan,
+    settings: Workloads,
+    name: str,
+    group: Sequence[str],
+    node_labels: Mapping[str, Mapping[str, str]],
+) -> dict[str, Any]:
+    """An MPIJob over exactly the nodes of `group`: a worker per node, one rank per GPU, the Slurm run's env."""
+    gpus = plan.instance_type.gpu_count
+    env = plan.env
+    exports = [item for key in sorted(env) for item in ("-x", key)]
+    launcher_command = [
+        "mpirun",
+        "--allow-run-as-root",
+        "-np",
+        str(gpus * len(group)),
+        "-N",
+        str(gpus),
+        "--bind-to",
+        "none",
+        *exports,
+        *MPI_MCA,
+        *plan.all_reduce_command(),
+    ]
+    worker = _gpu_pod_spec(plan, settings, ["/usr/sbin/sshd", "-De"], env)
+    worker["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": sorted(group)}]}
+                ]
+            }
+        },
+        # One worker per node: a pair is two nodes, never two pods on one.
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {MPI_JOB_LABEL: name}}, "topologyKey": HOSTNAME_LABEL}
+            ]
+        },
+    }
+    launcher = {
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "launcher",
+                "image": settings.image.reference,
+                "command": launcher_command,
+                "env": _env(env),
+            }
+        ],
+    }
+    worker_meta = {
+        "labels": {RUN_LABEL: settings.run_id},
+        "annotations": topology_annotation(plan, group, node_labels),
+    }
+    return {
+        "apiVersion": MPIJOB_API,
+        "kind": "MPIJob",
+        "metadata": {"name": name, "namespace": settings.namespace, "labels": _labels(settings)},
+        "spec": {
+            "slotsPerWorker": gpus,
+            "runPolicy": {
+                "suspend": True,
+                "backoffLimit": 0,
+                "activeDeadlineSeconds": int(settings.timeout_s),
+                "cleanPodPolicy": "Running",
+            },
+            "mpiReplicaSpecs": {
+                "Launcher": {
+                    "replicas": 1,
+                    "template": {"metadata": {"labels": {RUN_LABEL: settings.run_id}}, "spec": launcher},
+                },
+                "Worker": {"replicas": len(group), "template": {"metadata": worker_meta, "spec": worker}},
+            },
+        },
+    }
+
+
+def diag_job(plan: Plan, settings: Workloads, name: str, node: str) -> dict[str, Any]:
+    return node_job(plan, settings, name, node, ["dcgmi", "diag", "-r", str(plan.diag_level)], {})
+
+
+def nvlink_job(plan: Plan, settings: Workloads, name: str, node: str) -> dict[str, Any]:
+    """all_reduce_perf on every GPU of one node in one process (-g GPUs): no MPI needed within a node."""
+    command = plan.all_reduce_command(gpus_per_task=plan.instance_type.gpu_count)
+    return node_job(plan, settings, name, node, command, plan.env)
+
+
+class Cluster:
+    """The few API calls the launcher makes (the `kubernetes` client; a test points it at a real API server)."""
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes import client, dynamic
+
+        self._dynamic = dynamic.DynamicClient(api_client)
+        self._core = client.CoreV1Api(api_client)
+
+    def create(self, obj: Mapping[str, Any]) -> None:
+        resource = self._dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        resource.create(body=dict(obj), namespace=obj["metadata"]["namespace"])
+
+    def conditions(self, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+        resource = self._dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        found = resource.get(name=obj["metadata"]["name"], namespace=obj["metadata"]["namespace"]).to_dict()
+        return list((found.get("status") or {}).get("conditions") or [])
+
+    def delete(self, obj: Mapping[str, Any]) -> None:
+        resource = self._dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        resource.delete(
+            name=obj["metadata"]["name"],
+            namespace=obj["metadata"]["namespace"],
+            propagation_policy="Background",
+        )
+
+    def logs(self, namespace: str, selector: str) -> str:
+        pods = self._core.list_namespaced_pod(namespace, label_selector=selector).items
+        return "".join(self._core.read_namespaced_pod_log(pod.metadata.name, namespace) for pod in pods)
+
+
+# A finished workload's condition: Job (Complete/Failed) and MPIJob (Succeeded/Failed).
+_DONE = {"Complete": True, "Succeeded": True, "Failed": False}
+
+
+@dataclass
+class KubernetesLauncher:
+    """A `Launcher` (gpuforge.validate.run): each run a workload, all of a round at once, bounded waits."""
+
+    cluster: Cluster
+    settings: Workloads
+    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    progress_line: Callable[[str], None] = field(default=lambda line: None)
+    poll_s: float = POLL_S
+    _count: int = 0
+
+    def progress(self, line: str) -> None:
+        self.progress_line(line)
+
+    def _name(self, kind: str) -> str:
+        self._count += 1
+        return f"gpuforge-{self.settings.run_id}-{kind}-{self._count}"
+
+    def diag_steps(self, plan: Plan) -> Outputs:
+        jobs = [diag_job(plan, self.settings, self._name("diag"), node) for node in plan.nodes]
+        return self.run_all(jobs, f"dcgmi diag -r {plan.diag_level}")
+
+    def all_reduce_steps(
+        self, plan: Plan, groups: Sequence[Sequence[str]], what: str, *, gpus_per_task: int = 1
+    ) -> Outputs:
+        objects = [
+            nvlink_job(plan, self.settings, self._name("nvlink"), group[0])
+            if len(group) == 1
+            else mpi_job(plan, self.settings, self._name("nccl"), group, self.node_labels)
+            for group in groups
+        ]
+        return self.run_all(objects, what)
+
+    def run_all(self, objects: Sequence[Mapping[str, Any]], what: str) -> Outputs:
+        """Create every workload, wait for each (one deadline for the round), and read its pods' logs."""
+        from kubernetes.client.exceptions import ApiException
+
+        for obj in objects:
+            self.cluster.create(obj)
+        deadline = time.monotonic() + self.settings.timeout_s
+        results: Outputs = []
+        for done, obj in enumerate(objects, start=1):
+            problem = self._wait(obj, deadline)
+            try:
+                text = self.cluster.logs(self.settings.namespace, _pod_selector(obj))
+            except ApiException as error:
+                text = ""
+                problem = problem or f"its pods' logs could not be read: {error.status} {error.reason}"
+            results.append((text, problem))
+            self.progress(f"validate: {what}: {done}/{len(objects)} done")
+        return results
+
+    def _wait(self, obj: Mapping[str, Any], deadline: float) -> str | None:
+        name = obj["metadata"]["name"]
+        while True:
+            for condition in self.cluster.conditions(obj):
+                ended = _DONE.get(condition.get("type", ""))
+                if ended is not None and condition.get("status") == "True":
+                    return (
+                        None
+                        if ended
+                        else f"{obj['kind']} {name} failed: {condition.get('message') or condition.get('reason')}"
+                    )
+            if time.monotonic() >= deadline:
+                self.cluster.delete(obj)
+                return (
+                    f"{obj['kind']} {name} did not finish within {self.settings.timeout_s:.0f} s "
+                    "(not admitted by Kueue, or still running); deleted"
+                )
+            time.sleep(min(self.poll_s, max(0.0, deadline - time.monotonic())))
+
+
+def _pod_selector(obj: Mapping[str, Any]) -> str:
+    """The pods whose log is the run's output: the Job's pod, or the MPIJob's launcher (mpirun gathers every rank)."""
+    name = obj["metadata"]["name"]
+    if obj["kind"] == "MPIJob":
+        return f"{MPI_JOB_LABEL}={name},{MPI_ROLE_LABEL}=launcher"
+    return f"{JOB_POD_LABEL}={name}"

@@ -1,0 +1,181 @@
+"""The acceptance's Kubernetes workloads: their manifests, and the judging of what they print.
+
+Manifests are checked against the official Kubernetes schemas (kubernetes-validate, strict) of
+the EKS versions in standard support; an MPIJob's launcher and worker templates are checked as
+core PodTemplates (the MPIJob CRD itself is not vendored). The launcher's judging runs
+`run_acceptance` over pod logs that are published outputs (tests/fixtures/validate). The
+single-node Jobs are created on a real kube-apiserver (tests/kubernetes/kube_cluster.py; no
+kubelet, scheduler or Kueue runs there: creation and server-side validation only).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from gpuforge import hardware
+from gpuforge.errors import InputError
+from gpuforge.validate import kubernetes_jobs as kj
+from gpuforge.validate.floors import floors_for
+from gpuforge.validate.run import DEBUG_ENV, Plan, run_acceptance
+
+KUBERNETES_VERSIONS = ("1.33.0", "1.34.0", "1.35.0")
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "validate"
+DIGEST = "sha256:" + "ab" * 32
+NODES = ("node-a", "node-b")
+SWITCH = kj.LAYER_LABEL.format(hardware.get("p5.48xlarge").topology_layers)
+
+
+def plan(nodes: tuple[str, ...] = NODES) -> Plan:
+    return Plan(nodes, hardware.get("p5.48xlarge"), floors_for("p5.48xlarge"))
+
+
+def settings(timeout_s: float = 900.0) -> kj.Workloads:
+    return kj.Workloads(
+        namespace="llm",
+        queue="llm",
+        image=kj.image_from_reference(f"registry.invalid/nccl-tests@{DIGEST}"),
+        run_id="t1",
+        timeout_s=timeout_s,
+    )
+
+
+def _env(container: Mapping[str, Any]) -> dict[str, str]:
+    return {item["name"]: item["value"] for item in container["env"]}
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_jobs_fit_the_official_schema(version: str) -> None:
+    job_plan = plan()
+    for job in (
+        kj.diag_job(job_plan, settings(), "d", "node-a"),
+        kj.nvlink_job(job_plan, settings(), "n", "node-a"),
+    ):
+        kubernetes_validate.validate(job, version, strict=True)
+    mpi = kj.mpi_job(job_plan, settings(), "p", NODES, {})
+    for role, replica in mpi["spec"]["mpiReplicaSpecs"].items():
+        template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": role.lower()}}
+        kubernetes_validate.validate(template | {"template": replica["template"]}, version, strict=True)
+
+
+def test_pair_worker_takes_the_whole_node_through_kueue() -> None:
+    job = kj.mpi_job(plan(), settings(), "p", NODES, {})
+    assert job["metadata"]["labels"][kj.QUEUE_LABEL] == "llm"
+    assert job["spec"]["runPolicy"]["suspend"] is True
+    worker = job["spec"]["mpiReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 2
+    pod = worker["template"]["spec"]
+    (container,) = pod["containers"]
+    # p5.48xlarge: 8 GPUs, 32 EFA interfaces (the catalog).
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
+    assert container["resources"]["requests"] == container["resources"]["limits"]
+    assert container["image"] == f"registry.invalid/nccl-tests@{DIGEST}"
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+    assert "hostNetwork" not in pod
+    assert pod["tolerations"][0]["operator"] == "Exists"
+    # The Slurm run's environment, from the same source.
+    assert _env(container) == plan().env
+    assert DEBUG_ENV.items() <= _env(container).items() and _env(container)["FI_PROVIDER"] == "efa"
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
+    assert launcher[launcher.index("-np") + 1] == "16"
+    assert sorted(launcher[index + 1] for index, item in enumerate(launcher) if item == "-x") == sorted(
+        plan().env
+    )
+    assert launcher[-len(plan().all_reduce_command()) :] == plan().all_reduce_command()
+
+
+def test_pair_under_one_switch_requires_it_else_prefers_it() -> None:
+    same = {"node-a": {SWITCH: "nn-1"}, "node-b": {SWITCH: "nn-1"}}
+    apart = {"node-a": {SWITCH: "nn-1"}, "node-b": {SWITCH: "nn-2"}}
+
+    def annotations(labels: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+        job = kj.mpi_job(plan(), settings(), "p", NODES, labels)
+        result: dict[str, str] = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"][
+            "annotations"
+        ]
+        return result
+
+    assert annotations(same) == {kj.REQUIRED_TOPOLOGY: SWITCH}
+    assert annotations(apart) == {kj.PREFERRED_TOPOLOGY: SWITCH}
+    assert annotations({}) == {kj.PREFERRED_TOPOLOGY: SWITCH}
+
+
+def test_image_by_tag_is_refused() -> None:
+    with pytest.raises(InputError, match="pinned by digest"):
+        kj.image_from_reference("public.ecr.aws/hpc-cloud/nccl-tests:latest")
+
+
+class LogCluster:
+    """The API calls answered from published outputs: every workload completes, its pods print `logs[kind]`."""
+
+    def __init__(self, logs: Mapping[str, str]) -> None:
+        self.logs_by_kind = logs
+        self.created: list[Mapping[str, Any]] = []
+
+    def create(self, obj: Mapping[str, Any]) -> None:
+        self.created.append(obj)
+
+    def conditions(self, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return [{"type": "Complete" if obj["kind"] == "Job" else "Succeeded", "status": "True"}]
+
+    def delete(self, obj: Mapping[str, Any]) -> None:
+        raise AssertionError("nothing times out here")
+
+    def logs(self, namespace: str, selector: str) -> str:
+        name = selector.split("=")[1].split(",")[0]
+        kind = name.split("-")[2]
+        return self.logs_by_kind[kind]
+
+
+def test_socket_fallback_from_a_kubernetes_run_fails_naming_it() -> None:
+    logs = {
+        "diag": (FIXTURES / "dcgm-4.4.2-r2-pass.txt").read_text(),
+        "nvlink": (FIXTURES / "nccl-h100-2node-gcp-a3mega.txt").read_text(),
+        "nccl": (FIXTURES / "nccl_logs" / "socket-fallback-aws-do-eks-excerpt.txt").read_text(),
+    }
+    cluster = LogCluster(logs)
+    launcher = kj.KubernetesLauncher(cluster, settings(), poll_s=0.0)  # type: ignore[arg-type]
+    report = run_acceptance(launcher, plan())
+    assert not report.passed
+    (pair,) = [item for item in report.nccl if item.file.startswith("pair:")]
+    assert not pair.passed
+    assert any("Socket" in problem for problem in pair.problems), pair.problems
+    assert [obj["kind"] for obj in cluster.created] == ["Job", "Job", "Job", "Job", "MPIJob"]
+
+
+@pytest.fixture(scope="module")
+def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    sys.path.insert(0, str(Path(__file__).parents[1] / "kubernetes"))
+    from kube_cluster import open_api_server
+
+    with open_api_server(tmp_path_factory.mktemp("apiserver")) as server:
+        yield server
+
+
+@pytest.mark.slow
+def test_jobs_are_created_suspended_and_a_stuck_round_is_bounded(api_server: Any) -> None:
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(str(api_server.kubeconfig))
+    client.CoreV1Api(api_client).create_namespace({"metadata": {"name": "llm"}})
+    cluster = kj.Cluster(api_client)
+    job = kj.diag_job(plan(), settings(), "gpuforge-t1-diag-0", "node-a")
+    cluster.create(job)
+    stored = client.BatchV1Api(api_client).read_namespaced_job("gpuforge-t1-diag-0", "llm")
+    assert stored.spec.suspend is True
+    assert stored.metadata.labels[kj.QUEUE_LABEL] == "llm"
+    assert stored.spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"] == "8"
+    # No Kueue admits and no kubelet runs here: the round ends at its timeout, each job deleted, never a pass.
+    launcher = kj.KubernetesLauncher(cluster, settings(timeout_s=1.0), poll_s=0.2)
+    results = launcher.diag_steps(plan())
+    assert [problem is not None and "did not finish within 1 s" in problem for _, problem in results] == [
+        True,
+        True,
+    ]
+    left = client.BatchV1Api(api_client).list_namespaced_job("llm").items
+    assert [item.metadata.name for item in left] == ["gpuforge-t1-diag-0"]
