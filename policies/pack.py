@@ -22,6 +22,7 @@ from gpuforge.policies.rules_eks import (
     EKS_SECRETS_ENCRYPTED,
 )
 from gpuforge.policies.rules_iam import IAM_NO_WILDCARD
+from gpuforge.policies.rules_kubernetes import KUBERNETES_GPU_POD, KUBERNETES_GPU_SHM, KUBERNETES_IMAGE_DIGEST
 from gpuforge.policies.rules_node_access import IMDS_HOP_LIMIT, NO_SSH_KEY
 from gpuforge.policies.rules_nodes import (
     EBS_ENCRYPTED,
@@ -72,4 +73,7 @@ POLICIES: Final[list[Policy]] = [
     EKS_SECRETS_ENCRYPTED,
     EKS_CONTROL_PLANE_LOGS,
     EKS_ACCESS_ENTRIES,
+    KUBERNETES_IMAGE_DIGEST,
+    KUBERNETES_GPU_POD,
+    KUBERNETES_GPU_SHM,
 ]

@@ -59,6 +59,9 @@ def register(subparsers: Any) -> None:
     )
     check.add_argument("--json", action="store_true", help="print the check as one JSON document")
     check.set_defaults(handler=_check)
+    from gpuforge.kubernetes.check import register as register_kubernetes
+
+    register_kubernetes(commands)
 
 
 def _check(args: argparse.Namespace) -> int:
