@@ -21,7 +21,7 @@ from kube_cluster import REPO, ApiServer, open_api_server
 from kubernetes import client, config
 
 # The node agent's scenarios and ASG helpers live with its tests (tests/node).
-sys.path.insert(0, str(REPO / "tests/node"))
+sys.path.append(str(REPO / "tests/node"))
 from node_scenarios import context, fixture, p5_healthy
 from test_node_asg import REGION, group_with_one_instance, health
 from test_node_cli import run_node
