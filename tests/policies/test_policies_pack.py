@@ -56,8 +56,16 @@ MANDATORY = {
     "eks-secrets-encrypted",
     "eks-control-plane-logs",
     "eks-access-entries",
+    "kubernetes-image-digest",
+    "kubernetes-gpu-pod",
 }
-ADVISORY = {"p-family-capacity", "cost-allocation-tags", "driver-branch-eol", "slurm-controller-cpu"}
+ADVISORY = {
+    "p-family-capacity",
+    "cost-allocation-tags",
+    "driver-branch-eol",
+    "slurm-controller-cpu",
+    "kubernetes-gpu-shm",
+}
 STARTUP_TIMEOUT_S = 30.0
 RPC_TIMEOUT_S = 30.0
 
