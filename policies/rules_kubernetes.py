@@ -17,7 +17,7 @@ unknown during preview stops the rule with the engine's advisory "can't run duri
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
@@ -39,7 +39,8 @@ SHM_PATH: Final = "/dev/shm"
 _DIGEST_REFERENCE = re.compile(r"[^@\s]+@sha256:[0-9a-f]{64}")
 _CONTAINER_LISTS: Final = ("containers", "initContainers", "ephemeralContainers")
 
-# Where each pod-template-bearing kind keeps its pod spec; "*" is every element of a list.
+# Where each pod-template-bearing kind keeps its pod spec; "*" is every element of a list, "{}" every value of
+# an object.
 POD_SPEC_PATHS: Final[dict[str, tuple[str, ...]]] = {
     "Pod": ("spec",),
     "PodTemplate": ("template", "spec"),
@@ -51,6 +52,9 @@ POD_SPEC_PATHS: Final[dict[str, tuple[str, ...]]] = {
     "Job": ("spec", "template", "spec"),
     "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
     "JobSet": ("spec", "replicatedJobs", "*", "template", "spec", "template", "spec"),
+    # Kubeflow's training operators key their replica specs by role (Launcher, Worker, Master).
+    "MPIJob": ("spec", "mpiReplicaSpecs", "{}", "template", "spec"),
+    "PyTorchJob": ("spec", "pytorchReplicaSpecs", "{}", "template", "spec"),
 }
 
 
@@ -71,6 +75,15 @@ def _items(value: Any, path: str) -> list[Any]:
     return elements(value)
 
 
+def _keys(value: Any, path: str) -> list[str]:
+    """An object field's keys; [] when unset; stops the rule when the object is unknown during preview."""
+    if value is UNKNOWN:
+        unknown_during_preview(path.split("."))
+    if not isinstance(value, Mapping):
+        return []
+    return sorted(str(key) for key in value)
+
+
 def pod_specs(kind: str, obj: Any) -> Iterator[PodSpec]:
     """Every pod spec of `obj` (a `kind` that bears none yields nothing)."""
     steps = POD_SPEC_PATHS.get(kind)
@@ -82,6 +95,8 @@ def pod_specs(kind: str, obj: Any) -> Iterator[PodSpec]:
         for path, value in found:
             if step == "*":
                 following += [(f"{path}[{index}]", item) for index, item in enumerate(_items(value, path))]
+            elif step == "{}":
+                following += [(f"{path}.{key}", at(value, key)) for key in _keys(value, path)]
             else:
                 inner = at(value, step)
                 if inner is UNKNOWN:

@@ -43,6 +43,8 @@ API_VERSIONS = {
     "Job": "batch/v1",
     "CronJob": "batch/v1",
     "JobSet": "jobset.x-k8s.io/v1alpha2",
+    "MPIJob": "kubeflow.org/v2beta1",
+    "PyTorchJob": "kubeflow.org/v1",
 }
 
 
@@ -77,6 +79,8 @@ def wrap(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
         "Job": {"template": template},
         "CronJob": {"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": template}}},
         "JobSet": {"replicatedJobs": [{"name": "workers", "template": {"spec": {"template": template}}}]},
+        "MPIJob": {"mpiReplicaSpecs": {"Worker": {"replicas": 2, "template": template}}},
+        "PyTorchJob": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template}}},
     }
     return {
         "apiVersion": API_VERSIONS[kind],
@@ -154,7 +158,8 @@ def test_the_canonical_tag_is_refused_in_every_container_list_of_every_kind(kind
 
     messages = both(job(tagged, kind))[IMAGE]
     assert len(messages) == 1
-    assert f"{field}[" in messages[0] and "'vllm/vllm-openai:latest'" in messages[0]
+    assert f".{field}[" in messages[0] and "'vllm/vllm-openai:latest'" in messages[0]
+    assert messages[0].startswith("spec.")
     assert "Fix: name it by digest, vllm/vllm-openai@sha256:<digest>" in messages[0]
 
 
@@ -361,3 +366,26 @@ def test_the_offline_check_leaves_the_object_unchanged() -> None:
     before = copy.deepcopy(obj)
     check_object(obj, "test")
     assert obj == before
+
+
+def test_the_acceptance_workloads_gpuforge_validate_submits_pass() -> None:
+    """`gpuforge validate` on Kubernetes submits these Jobs and MPIJobs: the rules hold for gpuforge's own pods."""
+    from gpuforge.validate import kubernetes_jobs as jobs
+    from gpuforge.validate.floors import floors_for
+    from gpuforge.validate.run import Plan
+
+    nodes = ("node-a", "node-b")
+    plan = Plan(nodes, hardware.get("p5.48xlarge"), floors_for("p5.48xlarge"))
+    settings = jobs.Workloads(
+        namespace="llm",
+        queue="llm",
+        image=jobs.image_from_reference(PINNED),
+        run_id="t1",
+        timeout_s=900.0,
+    )
+    objects = [jobs.diag_job(plan, settings, "d", "node-a"), jobs.mpi_job(plan, settings, "p", nodes, {})]
+    assert all(both(obj) == {IMAGE: [], GPU: [], SHM: []} for obj in objects)
+    worker = objects[1]["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    worker["containers"][0]["image"] = "registry.invalid/nccl-tests:latest"
+    (message,) = both(objects[1])[IMAGE]
+    assert message.startswith("spec.mpiReplicaSpecs.Worker.template.spec.containers[0].image")
