@@ -6,8 +6,8 @@ import re
 
 import pytest
 import yaml
-from conftest import KUBERNETES_VERSIONS, group
 from k8s_schemas import validate_core
+from kube_support import KUBERNETES_VERSIONS, group
 from kubernetes_validate import ValidationError as K8sValidationError
 from pydantic import ValidationError
 

@@ -7,8 +7,8 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from conftest import KUBERNETES_VERSIONS, group, qos, team
 from k8s_schemas import CRD_SHA256, crd_sums, validate, validate_core, validate_kueue
+from kube_support import KUBERNETES_VERSIONS, group, qos, team
 
 from gpuforge.components.specs import QosSpec, TeamSpec
 from gpuforge.errors import InputError

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import KUBERNETES_VERSIONS
 from k8s_schemas import validate
+from kube_support import KUBERNETES_VERSIONS
 
 from gpuforge.cli import main
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import StackMaker
+from usage_support import StackMaker
 
 from gpuforge.stack_config import load_stack_config
 from gpuforge.usage.cost import Rate

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import prometheus_with_history
+from usage_support import prometheus_with_history
 
 from gpuforge.errors import InputError
 from gpuforge.monitoring.rules import load_rules

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import StackMaker, prometheus_with_history
+from usage_support import StackMaker, prometheus_with_history
 
 from gpuforge.cli import main
 from gpuforge.usage.metrics import HELD, USEFUL

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import StackMaker
+from usage_support import StackMaker
 
 from gpuforge.cli import main
 

@@ -1,0 +1,92 @@
+"""Fixtures of the usage tests: a stack folder, and a real Prometheus on 127.0.0.1 serving backfilled history.
+
+The Prometheus is the monitoring test root's (tests/monitoring_tools.py);
+its history is written with `promtool tsdb create-blocks-from openmetrics` into the data folder before
+it starts, so a test queries minutes of series at once. Each test's Prometheus is stopped by its pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from monitoring_tools import tool
+from stack_files import slurm_stack, write_stack
+
+READY_S = 60
+StackMaker = Callable[..., Path]
+
+
+@pytest.fixture
+def make_stack(tmp_path: Path) -> StackMaker:
+    def make(stack: str = "test", **changes: Any) -> Path:
+        return write_stack(tmp_path / "stack", stack, slurm_stack(**changes))
+
+    return make
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def prometheus_with_history(openmetrics: str, folder: Path) -> Iterator[str]:
+    """A Prometheus on 127.0.0.1 whose TSDB holds `openmetrics` (backfilled); yields its URL."""
+    folder.mkdir(parents=True, exist_ok=True)
+    history = folder / "history.om"
+    history.write_text(openmetrics, encoding="utf-8")
+    data = folder / "data"
+    made = subprocess.run(
+        [str(tool("promtool")), "tsdb", "create-blocks-from", "openmetrics", str(history), str(data)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    config = folder / "prometheus.yml"
+    config.write_text("global: {}\n", encoding="utf-8")
+    port = _free_port()
+    log = folder / "prometheus.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [
+                str(tool("prometheus")),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={data}",
+                # History of a fixed date (the real accounting fixtures') stays queryable however old it gets.
+                "--storage.tsdb.retention.time=36500d",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + READY_S
+        while True:
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2) as answer,
+            ):
+                if answer.status == 200:
+                    break
+            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, f"Prometheus not ready in {READY_S} s"
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
