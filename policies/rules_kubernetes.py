@@ -6,8 +6,11 @@ One definition per rule, used twice:
   resource such as JobSet as `kubernetes:jobset.x-k8s.io/v1alpha2:JobSet`), and their props are the object's
   own fields (`spec.template.spec.containers`), as in Pulumi's Kubernetes policy template
   (github.com/pulumi/templates-policy, kubernetes-typescript/index.ts at 976f93f, reads `svc.spec.type`).
-  The objects of a `kubernetes:yaml/v2:ConfigGroup` (or ConfigFile) are registered as such resources of their
-  own, so they are checked there and the group itself is not;
+  A `kubernetes:yaml/v2:ConfigGroup` (or ConfigFile) is a component that "creates a set of Kubernetes
+  resources" (https://www.pulumi.com/registry/packages/kubernetes/api-docs/yaml/v2/configgroup/): each object
+  is a resource of its own type and is checked there, the group itself is not. (pulumi-kubernetes is not
+  installed here, so this path has not been run under a live engine.) A `helm.sh/v3:Release` renders its
+  images on the server and is not checked: Kueue's chart values are checked where they are made;
 - offline, on manifests (`gpuforge kubernetes check FILE...`, `gpuforge.kubernetes.check`).
 
 The checks read objects through `props.at`, which serves plain dicts and the engine's proxies alike; a value
