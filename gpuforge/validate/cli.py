@@ -1,7 +1,8 @@
 """`gpuforge validate STACK_DIR --stack NAME ...` and `gpuforge validate report ... FILE...`.
 
 `validate STACK_DIR` runs the acceptance on a deployed cluster through Slurm
-(gpuforge.validate.run); `validate report` parses saved nccl-tests (`all_reduce_perf`) and
+(gpuforge.validate.run), or on a Kubernetes stack as workloads admitted through Kueue
+(gpuforge.validate.kubernetes_jobs); `validate report` parses saved nccl-tests (`all_reduce_perf`) and
 `dcgmi diag` outputs and judges them against the instance type's floors
 (`gpuforge/data/instance_types.json`, `allreduce_floors`), reading each file as dcgmi output
 when it holds dcgmi's table, else as nccl-tests output. Both exit 0 when every floor holds,
@@ -81,6 +82,16 @@ def _run_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds each step may take (default: %(default)s)",
     )
+    parser.add_argument(
+        "--image",
+        metavar="REPOSITORY@sha256:DIGEST",
+        help="Kubernetes stacks: the acceptance image, by digest (nccl-tests with MPI, sshd, aws-ofi-nccl, dcgmi)",
+    )
+    parser.add_argument(
+        "--team",
+        metavar="NAME",
+        help="Kubernetes stacks: the team whose LocalQueue admits the runs (default: the first team)",
+    )
     parser.set_defaults(handler=_run)
     return parser
 
@@ -146,10 +157,13 @@ def _run(args: argparse.Namespace) -> int:
             "longer is a unit slip). Fix: pass seconds, e.g. 900 (the default)."
         )
     config = load_stack_config(args.stack_dir, args.stack)
+    if config.scheduler.type == "kubernetes":
+        return _run_kubernetes(args, config)
     if config.scheduler.type != "slurm":
         raise InputError(
-            f"{config.source}: gpuforge:scheduler: stack {config.stack} runs no Slurm, and the acceptance is "
-            "submitted through Slurm. Fix: deploy the stack with `gpuforge:scheduler: {type: slurm, ...}`."
+            f"{config.source}: gpuforge:scheduler: stack {config.stack} runs no scheduler, and the acceptance is "
+            "submitted through one. Fix: deploy the stack with `gpuforge:scheduler: {type: slurm, ...}` or "
+            "`{type: kubernetes, ...}`."
         )
     floors = floors_for(config.instance_type)
     slurm = Slurm(step_timeout_s=args.timeout)
@@ -167,6 +181,66 @@ def _run(args: argparse.Namespace) -> int:
         drained = drain_failed(slurm, report)
         slurm.progress(f"validate: drained {', '.join(drained) or 'no node'}")
     return _emit(report, args)
+
+
+def _run_kubernetes(args: argparse.Namespace, config: Any) -> int:
+    """The same acceptance (run_acceptance) with its runs as Kueue-admitted workloads (gpuforge.validate.kubernetes_jobs)."""
+    import math
+    import os
+    import time
+
+    from kubernetes import config as kube_config
+    from kubernetes.config.config_exception import ConfigException
+
+    from gpuforge import hardware
+    from gpuforge.validate.floors import floors_for
+    from gpuforge.validate.kubernetes_jobs import image_from_reference, launcher_for
+    from gpuforge.validate.run import Plan, run_acceptance
+
+    if args.image is None:
+        raise InputError(
+            f"stack {config.stack} schedules with Kubernetes: --image is required (the acceptance's container, "
+            "REPOSITORY@sha256:<64 hex>, with nccl-tests built with MPI, sshd, aws-ofi-nccl and dcgmi). Fix: pass it."
+        )
+    if args.drain:
+        raise InputError(
+            "--drain: on a Kubernetes stack the node agent cordons and replaces failing nodes "
+            "(gpuforge.node.kubernetes); validate does not drain there yet. Fix: run without --drain."
+        )
+    teams = [team.name for team in config.scheduler.teams]
+    team = args.team or (teams[0] if teams else None)
+    if team is None or team not in teams:
+        raise InputError(
+            f"--team {team}: stack {config.stack}'s LocalQueues are {', '.join(teams) or 'none'} "
+            "(one per gpuforge:scheduler.teams entry). Fix: pass one of them."
+        )
+    image = image_from_reference(args.image)
+    instance = hardware.get(config.instance_type)
+    # The client reads KUBECONFIG once, when imported; read it now (it may list several files).
+    kubeconfig = os.environ.get("KUBECONFIG", "~/.kube/config")
+    try:
+        api_client = kube_config.new_client_from_config(config_file=kubeconfig)
+    except ConfigException as error:
+        raise InputError(
+            f"kubeconfig {kubeconfig}: {error}. Fix: `aws eks update-kubeconfig --name CLUSTER`, or set KUBECONFIG."
+        ) from None
+    launcher, nodes = launcher_for(
+        api_client,
+        config.stack,
+        instance,
+        team,
+        image,
+        args.timeout,
+        time.strftime("%Y%m%d%H%M%S", time.gmtime()),
+    )
+    if not nodes:
+        raise InputError(
+            f"stack {config.stack} has no Ready, schedulable GPU node to validate. "
+            "Fix: wait until the nodes joined (`kubectl get nodes`), and check the current kubeconfig context."
+        )
+    minutes = max(1, math.ceil(args.timeout / 60))
+    plan = Plan(nodes, instance, floors_for(config.instance_type), args.diag_level, minutes)
+    return _emit(run_acceptance(launcher, plan), args)
 
 
 def read_output(path: Path) -> str:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuforge.errors import InputError
+from gpuforge.hardware import InstanceType
 from gpuforge.kubernetes.addons import Image, pins
 from gpuforge.kubernetes.kueue import GPU_RESOURCE, HOSTNAME_LABEL, LAYER_LABEL
 from gpuforge.node.context import expects_efa
@@ -275,6 +276,15 @@ class Cluster:
             propagation_policy="Background",
         )
 
+    def ready_nodes(self, selector: str) -> dict[str, dict[str, str]]:
+        """The nodes matching `selector` that can take a pod now (Ready, not cordoned), with their labels."""
+        found = {}
+        for node in self._core.list_node(label_selector=selector).items:
+            ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+            if ready and not node.spec.unschedulable:
+                found[node.metadata.name] = dict(node.metadata.labels or {})
+        return found
+
     def logs(self, namespace: str, selector: str) -> str:
         pods = self._core.list_namespaced_pod(namespace, label_selector=selector).items
         return "".join(self._core.read_namespaced_pod_log(pod.metadata.name, namespace) for pod in pods)
@@ -362,3 +372,32 @@ def _pod_selector(obj: Mapping[str, Any]) -> str:
     if obj["kind"] == "MPIJob":
         return f"{MPI_JOB_LABEL}={name},{MPI_ROLE_LABEL}=launcher"
     return f"{JOB_POD_LABEL}={name}"
+
+
+def by_switch(nodes: Mapping[str, Mapping[str, str]], layers: int) -> tuple[str, ...]:
+    """Node names ordered by their network-node labels, top layer first, so round 1 pairs neighbours under one switch."""
+    levels = [LAYER_LABEL.format(index) for index in range(1, layers + 1)]
+    return tuple(sorted(nodes, key=lambda name: (*(nodes[name].get(level, "") for level in levels), name)))
+
+
+def launcher_for(
+    api_client: Any,
+    stack: str,
+    instance_type: InstanceType,
+    team: str,
+    image: Image,
+    timeout_s: float,
+    run_id: str,
+) -> tuple[KubernetesLauncher, tuple[str, ...]]:
+    """The launcher of a Kubernetes stack's acceptance, and its GPU nodes that can take a job, ordered by switch."""
+    cluster = Cluster(api_client)
+    labels = cluster.ready_nodes(f"{pins().node_labels.node_group}={stack}-gpu")
+    settings = Workloads(namespace=team, queue=team, image=image, run_id=run_id, timeout_s=timeout_s)
+    launcher = KubernetesLauncher(cluster, settings, node_labels=labels, progress_line=_stderr)
+    return launcher, by_switch(labels, instance_type.topology_layers)
+
+
+def _stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)

@@ -179,3 +179,57 @@ def test_jobs_are_created_suspended_and_a_stuck_round_is_bounded(api_server: Any
     ]
     left = client.BatchV1Api(api_client).list_namespaced_job("llm").items
     assert [item.metadata.name for item in left] == ["gpuforge-t1-diag-0"]
+
+
+REPO = Path(__file__).parents[2]
+STACK_ARGS = ["validate", str(REPO / "stacks" / "training"), "--stack", "p5-eks"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "--image is required"),
+        (["--image", "public.ecr.aws/hpc-cloud/nccl-tests:latest"], "pinned by digest"),
+        (["--image", f"r.invalid/x@{DIGEST}", "--team", "nobody"], "LocalQueues are llm, vision"),
+        (["--image", f"r.invalid/x@{DIGEST}", "--drain"], "--drain"),
+    ],
+)
+def test_kubernetes_stack_refuses_bad_input(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuforge.cli import main
+
+    assert main([*STACK_ARGS, *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_runs_the_acceptance_as_jobs_on_the_stacks_nodes(
+    api_server: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`gpuforge validate` on the p5-eks stack finds its Ready GPU node by the node-group label, submits the
+    diag and NVLink Jobs to team llm's queue, and, with nothing to run them, fails at the timeout (exit 1)."""
+    from kubernetes import client, config
+
+    from gpuforge.cli import main
+    from gpuforge.kubernetes.addons import pins
+
+    api_client = config.new_client_from_config(str(api_server.kubeconfig))
+    core = client.CoreV1Api(api_client)
+    if not any(item.metadata.name == "llm" for item in core.list_namespace().items):
+        core.create_namespace({"metadata": {"name": "llm"}})
+    label = pins().node_labels.node_group
+    for name, group in (("gpu-1", "p5-eks-gpu"), ("other-1", "other-gpu")):
+        core.create_node({"metadata": {"name": name, "labels": {label: group}}})
+        core.patch_node_status(name, {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    monkeypatch.setenv("KUBECONFIG", str(api_server.kubeconfig))
+    code = main([*STACK_ARGS, "--image", f"r.invalid/x@{DIGEST}", "--timeout", "1", "--json"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    # Each run was a Job on gpu-1 only (the other group's node is not the stack's), ended at its timeout.
+    assert "diag:gpu-1" in out and "nvlink:gpu-1" in out and "other-1" not in out
+    assert out.count("did not finish within 1 s") >= 2, out
+    left = (
+        client.BatchV1Api(api_client).list_namespaced_job("llm", label_selector=f"{kj.RUN_LABEL}!=t1").items
+    )
+    assert left == []
