@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gpuforge.errors import InputError
-from gpuforge.kubernetes import kueue
+from gpuforge.kubernetes import kueue, node_agent
 from gpuforge.kubernetes.addons import (
     Addon,
     Image,
@@ -106,6 +106,7 @@ def render_addons(
         objects.append(kueue.local_queue(team))
     for item in qos:
         objects += [kueue.workload_priority_class(item), kueue.priority_class(item)]
+    objects += node_agent.objects()  # the identity the node agent drains its node with
     index: dict[str, Any] = {"cluster": cluster, "addons": {}}
     files: dict[str, str] = {}
     builders: dict[str, Callable[[Image], dict[str, Any]]] = {
