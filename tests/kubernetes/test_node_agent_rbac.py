@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from kube_support import KUBERNETES_VERSIONS, group
 from k8s_schemas import validate_core
+from kube_support import KUBERNETES_VERSIONS, group
 
 from gpuforge.kubernetes import node_agent
 from gpuforge.kubernetes.manifests import render_addons

@@ -88,7 +88,8 @@ def test_every_rendered_object_is_accepted_by_the_api_server(
     # The render's whole set reaches the server: the Kueue kinds (CEL rules) and the core ones.
     assert {"Topology", "ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass"} <= kinds
     assert {"Namespace", "PriorityClass", "DaemonSet"} <= kinds
-    assert {"ClusterRole", "ClusterRoleBinding"} <= kinds  # the node agent's identity (kubernetes/node_agent.py)
+    # The node agent's identity (gpuforge/kubernetes/node_agent.py).
+    assert {"ClusterRole", "ClusterRoleBinding"} <= kinds
     refused = []
     for kind_first in (True, False):  # namespaces first (created), then the rest (dry run) inside them
         for name, body in objects:
