@@ -13,13 +13,19 @@ The JSON shape is a contract (scripts and CI read it):
                    "controller_host", "controller_address",
                    "partitions": [{"name", "max_time", "default"}],
                    "files": {name: text}},                          # the rendered Slurm files
-     "checkpoint": null | CheckpointAdvice.to_json()}               # gpuforge.checkpoint
+     "checkpoint": null | CheckpointAdvice.to_json(),               # gpuforge.checkpoint
+     "kubernetes": null | {"addons": {name: {"version", "rendered", "image", "why_not"}},
+                           "topology": {"name", "levels"}, "flavors": [{"name", "node_labels", "tolerates"}],
+                           "queues": [{"team", "cluster_queue", "local_queue", "gpu_quota"}],
+                           "priority_classes": [{"name", "value"}],
+                           "files": {path: text}}}                   # gpuforge.plan.kubernetes
 
 `inputs` are the registration's inputs as the engine receives them (camelCased
 keys, numbers as floats); `parent` is the parent's URN (the root Stack's for
 top-level resources). `scheduler` is the summary's `scheduler` with the files the
 controller serves (the program's `slurm_config` output); without Slurm its type is
-`none`, its other values null and its partitions and files empty.
+`none`, its other values null and its partitions and files empty. `kubernetes` (null unless the
+scheduler is Kubernetes) summarises the objects `gpuforge scheduler render` writes, with their files.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any
 
 from gpuforge.checkpoint import CheckpointAdvice, stack_advice
 from gpuforge.images.catalog import DEFAULT_CATALOG
+from gpuforge.plan.kubernetes import kubernetes_document, kubernetes_lines
 from gpuforge.plan.stack_plan import Plan
 from gpuforge.policies.runner import Verdict
 from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedResource, TreeNode
@@ -57,6 +64,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
         "policies": [asdict(verdict) for verdict in plan.verdicts],
         "scheduler": {**plain(plan.summary["scheduler"]), "files": dict(plan.slurm_config)},
         "checkpoint": None if (advice := plan_checkpoint(plan.config)) is None else advice.to_json(),
+        "kubernetes": kubernetes_document(plan.config),
     }
 
 
@@ -128,7 +136,12 @@ def render_text(plan: Plan, *, slurm_conf: bool = False) -> str:
 
     With `slurm_conf`, the rendered slurm.conf follows, as written to the controller.
     """
-    summary = [*summary_lines(plan.summary), *team_lines(plan.config), *checkpoint_lines(plan.config)]
+    summary = [
+        *summary_lines(plan.summary),
+        *team_lines(plan.config),
+        *kubernetes_lines(kubernetes_document(plan.config)),
+        *checkpoint_lines(plan.config),
+    ]
     lines = [*_header(plan), "", *_tree(plan), "", *summary, "", *_policies(plan), ""]
     lines.append(_result(plan))
     if slurm_conf:

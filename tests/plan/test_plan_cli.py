@@ -11,7 +11,18 @@ from plan_support import STACK_DIR, StackCopy
 
 from gpuforge.cli import main
 
-TOP_KEYS = ["stack", "matrix", "ami", "image", "resources", "summary", "policies", "scheduler", "checkpoint"]
+TOP_KEYS = [
+    "stack",
+    "matrix",
+    "ami",
+    "image",
+    "resources",
+    "summary",
+    "policies",
+    "scheduler",
+    "checkpoint",
+    "kubernetes",
+]
 RESOURCE_KEYS = ["urn", "type", "name", "parent", "inputs"]
 VERDICT_KEYS = ["policy", "enforcement", "urn", "message"]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from plan_support import STACK_DIR
 
-from gpuforge.plan.render import summary_lines
+from gpuforge.plan.render import plan_document, render_text, summary_lines
 from gpuforge.plan.stack_plan import plan
 
 
@@ -25,3 +25,40 @@ def test_p5_eks_plans_the_control_plane_node_groups_and_the_block_scale_down(cat
     assert "16 x p5.48xlarge as an EKS managed node group" in lines
     assert "Kubernetes 1.35 on EKS (endpoint private, authentication mode API" in lines
     assert "EKS scales the GPU node group to 0 at 2030-01-21T10:50:00+00:00 (40 minutes" in lines
+
+
+def test_p5_eks_plan_shows_the_addons_and_kueue_objects_scheduler_render_writes(catalog_path: Path) -> None:
+    """The plan summarises the same objects `gpuforge scheduler render` writes for the stack."""
+    result = plan(STACK_DIR, "p5-eks", catalog=catalog_path)
+    text = render_text(result)
+    assert (
+        "  add-ons    nvidia-device-plugin v0.17.4 (nvcr.io/nvidia/k8s-device-plugin@sha256:3c54348fe5a5"
+        in text
+    )
+    assert "kueue v0.17.4 (registry.k8s.io/kueue/kueue@sha256:" in text
+    # The EFA plugin's image has no sourced digest: not applied by tag, and the plan says so and why.
+    efa = "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.21-eksbuild.9"
+    assert (
+        f"aws-efa-k8s-device-plugin v0.5.21-eksbuild.9 NOT RENDERED: its image {efa} has no digest from"
+        in text
+    )
+    levels = "topology.k8s.aws/network-node-layer-1 > topology.k8s.aws/network-node-layer-2 > "
+    assert f"  Kueue      Topology p5-eks-network: {levels}topology.k8s.aws/network-node-layer-3 > " in text
+    assert "ResourceFlavor p5-eks-gpu (gpuforge.dev/node-group=p5-eks-gpu, tolerates nvidia.com/gpu)" in text
+    assert "ClusterQueue llm 96 nvidia.com/gpu (LocalQueue llm/llm)" in text
+    assert "ClusterQueue vision 32 nvidia.com/gpu (LocalQueue vision/vision)" in text
+    assert "priority classes production 1000, research 100" in text
+    document = plan_document(result)["kubernetes"]
+    assert document["addons"]["aws-efa-k8s-device-plugin"]["rendered"] is False
+    assert "no published source pairs" in document["addons"]["aws-efa-k8s-device-plugin"]["why_not"]
+    assert document["queues"] == [
+        {"team": "llm", "cluster_queue": "llm", "local_queue": "llm/llm", "gpu_quota": 96},
+        {"team": "vision", "cluster_queue": "vision", "local_queue": "vision/vision", "gpu_quota": 32},
+    ]
+    assert "clusterqueue/llm.yaml" in document["files"]
+
+
+def test_a_slurm_plan_has_no_kubernetes_objects(catalog_path: Path) -> None:
+    result = plan(STACK_DIR, "p5-prod", catalog=catalog_path)
+    assert plan_document(result)["kubernetes"] is None
+    assert "  add-ons " not in render_text(result)
