@@ -19,7 +19,7 @@ switch); other groups get the preferred form, so a later round's cross-switch pa
 pending forever.
 
 Decisions, with why:
-- No hostNetwork: EFA traffic bypasses the pod network (the EFA device plugin hands the pod the
+- No hostNetwork for NCCL: EFA traffic bypasses the pod network (the EFA device plugin hands the pod the
   EFA devices as `vpc.amazonaws.com/efa`; AWS's sample above and the EKS user guide's
   "Machine learning training using Elastic Fabric Adapter" run pods on the pod network), and
   only MPI's and NCCL's bootstrap use it.
@@ -29,6 +29,10 @@ Decisions, with why:
   all_reduce_perf on PATH, Open MPI's mpirun, sshd, the EFA libfabric and aws-ofi-nccl (AWS's
   nccl-tests.Dockerfile in the same folder builds such an image), and `dcgmi`; gpuforge builds no
   such image yet, so `gpuforge validate --image REPOSITORY@sha256:...` names it.
+- The diag alone runs on the host's network: the node's nv-hostengine (nvidia-dcgm.service, the
+  same that dcgm-exporter reads) runs the diagnostics and listens on the host's loopback, and the
+  pod pauses and resumes its profiling around the diag as the Slurm steps do. The image's dcgmi
+  must be of the matrix's DCGM major version.
 - The environment is `Plan.env`, the one the Slurm runs export (EFA provider, GPUDirect RDMA,
   NCCL_DEBUG=INFO with INIT,NET), so the transport check reads the same lines.
 """
@@ -46,7 +50,7 @@ from gpuforge.hardware import InstanceType
 from gpuforge.kubernetes.addons import Image, pins
 from gpuforge.kubernetes.kueue import GPU_RESOURCE, HOSTNAME_LABEL, LAYER_LABEL
 from gpuforge.node.context import expects_efa
-from gpuforge.validate.run import Outputs, Plan
+from gpuforge.validate.run import PROFILE_PAUSE, PROFILE_RESUME, Outputs, Plan
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
@@ -240,8 +244,30 @@ def mpi_job(
     }
 
 
+def diag_script(level: int) -> str:
+    """`dcgmi diag` between `dcgmi profile --pause` and `--resume`, as the Slurm path runs them.
+
+    The resume is the shell's EXIT trap, and SIGTERM (the pod deleted at the step's deadline)
+    exits the shell, so profiling resumes however the diag ends; the diag runs in the background
+    so that the shell takes the signal at once. The pause and resume lines do not disturb the
+    table's parse (gpuforge.validate.dcgm reads the table only)."""
+    pause, resume = " ".join(PROFILE_PAUSE), " ".join(PROFILE_RESUME)
+    return (
+        f"trap '{resume}' EXIT\n"
+        "trap 'exit 143' TERM INT\n"
+        f"{pause} || echo 'gpuforge: could not pause DCGM profiling; the diag may fail on its lock' >&2\n"
+        f"dcgmi diag -r {level} & wait $!\n"
+    )
+
+
 def diag_job(plan: Plan, settings: Workloads, name: str, node: str) -> dict[str, Any]:
-    return node_job(plan, settings, name, node, ["dcgmi", "diag", "-r", str(plan.diag_level)], {})
+    """The node's `dcgmi diag`, run by the node's own nv-hostengine (nvidia-dcgm.service, images/scripts/75-dcgm.sh),
+    which dcgmi reaches on the host's loopback, hence hostNetwork; the pod holds every GPU, as Slurm's step does."""
+    job = node_job(plan, settings, name, node, ["/bin/sh", "-c", diag_script(plan.diag_level)], {})
+    spec = job["spec"]["template"]["spec"]
+    spec["hostNetwork"] = True
+    spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    return job
 
 
 def nvlink_job(plan: Plan, settings: Workloads, name: str, node: str) -> dict[str, Any]:

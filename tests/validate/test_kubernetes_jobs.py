@@ -233,3 +233,46 @@ def test_cli_runs_the_acceptance_as_jobs_on_the_stacks_nodes(
         client.BatchV1Api(api_client).list_namespaced_job("llm", label_selector=f"{kj.RUN_LABEL}!=t1").items
     )
     assert left == []
+
+
+def test_diag_pauses_profiling_on_the_nodes_hostengine_and_always_resumes() -> None:
+    job = kj.diag_job(plan(), settings(), "d", "node-a")
+    spec = job["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True and spec["nodeSelector"] == {kj.HOSTNAME_LABEL: "node-a"}
+    script = spec["containers"][0]["command"][2]
+    lines = script.splitlines()
+    assert lines[0] == "trap 'dcgmi profile --resume' EXIT"
+    assert lines[2].startswith("dcgmi profile --pause") and lines[3] == "dcgmi diag -r 1 & wait $!"
+
+
+@pytest.mark.parametrize("terminate", [False, True])
+def test_diag_script_resumes_profiling_when_the_diag_ends_or_the_pod_is_stopped(
+    tmp_path: Path, terminate: bool
+) -> None:
+    """The pod's script run by /bin/sh with a stand-in dcgmi that records its calls (the diag sleeps)."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import time
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "dcgmi"
+    # The diag's stand-in records its pid and becomes the sleep, which the test ends by that pid.
+    diag_pid = tmp_path / "diag.pid"
+    sleep = f'[ "$1" = diag ] && echo $$ > {diag_pid} && exec sleep {30 if terminate else 0}'
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n{sleep}\nexit 0\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    with subprocess.Popen(["/bin/sh", "-c", kj.diag_script(2)], env=env) as shell:
+        if terminate:
+            deadline = time.monotonic() + 10
+            while "diag -r 2" not in (calls.read_text() if calls.exists() else ""):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            shell.send_signal(signal.SIGTERM)
+        assert shell.wait(timeout=10) == (143 if terminate else 0)
+    if terminate:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(diag_pid.read_text()), signal.SIGKILL)
+    assert calls.read_text().splitlines() == ["profile --pause", "diag -r 2", "profile --resume"]
