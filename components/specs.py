@@ -653,17 +653,16 @@ class SchedulerSpec(_Spec):
             return self
         _refuse_given(self, _KUBERNETES_KEYS, "slurm or none", "they configure EKS; set type: kubernetes")
         if self.type == "none":
-            given = [
-                key
-                for key, field in (
+            given = _given(
+                self,
+                (
                     ("controllerInstanceType", "controller_instance_type"),
                     ("partitions", "partitions"),
                     ("accounting", "accounting"),
                     ("qos", "qos"),
                     ("teams", "teams"),
-                )
-                if field in self.model_fields_set and getattr(self, field) not in (None, ())
-            ]
+                ),
+            )
             if given:
                 raise invalid(
                     "scheduler",
@@ -733,14 +732,25 @@ _KUBERNETES_VERSION = re.compile(r"1\.[0-9]{1,2}")
 _ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]{1,512}")
 
 
+def _given(scheduler: SchedulerSpec, keys: tuple[tuple[str, str], ...]) -> list[str]:
+    """The keys (as written) whose fields were set to something other than their default.
+
+    A field at its default configures nothing, so it is not refused: a spec written out whole
+    (`model_dump_json`, as the policy check's child process and the plan's caches do) carries
+    every default, e.g. `accounting: {database: local}` on a `type: none` scheduler, and must
+    read back as the same spec."""
+    fields = type(scheduler).model_fields
+    return [
+        key
+        for key, field in keys
+        if field in scheduler.model_fields_set and getattr(scheduler, field) != fields[field].default
+    ]
+
+
 def _refuse_given(
     scheduler: SchedulerSpec, keys: tuple[tuple[str, str], ...], type_name: str, why: str
 ) -> None:
-    given = [
-        key
-        for key, field in keys
-        if field in scheduler.model_fields_set and getattr(scheduler, field) not in (None, ())
-    ]
+    given = _given(scheduler, keys)
     if given:
         raise invalid(
             "scheduler",

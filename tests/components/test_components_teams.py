@@ -148,10 +148,31 @@ def test_a_user_in_two_teams_needs_exactly_one_default(
 
 @pytest.mark.parametrize("key", ["accounting", "qos", "teams"])
 def test_accounting_qos_and_teams_are_refused_without_a_scheduler(tmp_path: Path, key: str) -> None:
-    value = {"accounting": {"database": "local"}, "qos": QOS, "teams": TEAMS}[key]
+    value = {"accounting": {"database": "aurora"}, "qos": QOS, "teams": TEAMS}[key]
     message = _refused(tmp_path, {"type": "none", key: value})
     assert f"'given': ['{key}']" in message
     assert f"remove {key}, or set type: slurm" in message
+
+
+@pytest.mark.parametrize(
+    "scheduler",
+    [
+        {"type": "none"},
+        {"type": "slurm", "controller_instance_type": "m7i.2xlarge", "teams": [], "qos": []},
+        {
+            "type": "kubernetes",
+            "kubernetes_version": "1.35",
+            "system_node_type": "m7i.large",
+            "admin_role_arn": "arn:aws:iam::123456789012:role/admin",
+        },
+    ],
+)
+def test_a_scheduler_written_out_whole_reads_back_as_the_same_spec(scheduler: dict[str, Any]) -> None:
+    """The policy check's child process and the plan's caches pass specs as JSON with every default
+    written out (accounting: {database: local} on a type none scheduler included): the defaults
+    configure nothing and must not be refused as keys that type does not take."""
+    spec = SchedulerSpec(**scheduler)
+    assert SchedulerSpec.model_validate_json(spec.model_dump_json()) == spec
 
 
 @pytest.mark.parametrize(
