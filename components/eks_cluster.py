@@ -6,7 +6,8 @@ What it makes, and why each setting:
 - authentication mode API: access entries, never the aws-auth ConfigMap, with no implicit admin for
   whoever ran `pulumi up` (bootstrapClusterCreatorAdminPermissions false). The admin is the role the
   stack names (`adminRoleArn`), given AmazonEKSClusterAdminPolicy on the whole cluster; each node
-  role gets an EC2_LINUX entry (`grant_nodes`);
+  role gets an EC2_LINUX entry (`grant_nodes`), and each node group's node-agent role a STANDARD entry
+  in the Kubernetes group the rendered ClusterRoleBinding names (`grant_node_agent`);
 - Kubernetes secrets encrypted with a KMS key made here, rotation on;
 - every control-plane log type sent to CloudWatch Logs;
 - a second private subnet in another zone: EKS needs subnets in two Availability Zones for the
@@ -29,6 +30,7 @@ import pulumi_aws as aws
 
 from gpuforge.components.input_errors import invalid
 from gpuforge.components.specs import SchedulerSpec
+from gpuforge.kubernetes import node_agent
 
 TOKEN = "gpuforge:cluster:EksCluster"
 # Every control-plane log type EKS has (EKS user guide, "Send control plane logs to CloudWatch Logs"):
@@ -36,6 +38,11 @@ TOKEN = "gpuforge:cluster:EksCluster"
 LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 AUTHENTICATION_MODE = "API"
 ACCESS_ENTRIES_DOC = "https://docs.aws.amazon.com/eks/latest/userguide/access-entries.html"
+# A STANDARD access entry with kubernetesGroups: Kubernetes RBAC authorizes the principal through the
+# bindings whose subject is `kind: Group` with that name; EKS does not check that the binding exists
+# (EKS user guide, "Create an access entry using Kubernetes groups with the AWS CLI"; CreateAccessEntry,
+# kubernetesGroups).
+GROUP_ACCESS_ENTRY_DOC = "https://docs.aws.amazon.com/eks/latest/userguide/create-k8s-group-access-entry.html"
 ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 # The block Kubernetes Services take addresses from; it must not overlap the VPC (EKS API reference,
 # KubernetesNetworkConfigRequest.serviceIpv4Cidr). Set here so the nodes' join configuration can name it.
@@ -260,6 +267,21 @@ class EksCluster(pulumi.ComponentResource):
             cluster_name=self._cluster.name,
             principal_arn=role_arn,
             type="EC2_LINUX",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+    def grant_node_agent(self, name: str, role_arn: pulumi.Input[str]) -> aws.eks.AccessEntry:
+        """A STANDARD access entry putting the node agent's role in node_agent.GROUP (GROUP_ACCESS_ENTRY_DOC).
+
+        No access policy is associated: what the group may do is the ClusterRole `gpuforge scheduler render`
+        writes from gpuforge.node.kubernetes.RBAC_RULES, and nothing more.
+        """
+        return aws.eks.AccessEntry(
+            f"{name}-access",
+            cluster_name=self._cluster.name,
+            principal_arn=role_arn,
+            type="STANDARD",
+            kubernetes_groups=[node_agent.GROUP],
             opts=pulumi.ResourceOptions(parent=self),
         )
 

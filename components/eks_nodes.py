@@ -22,6 +22,11 @@ Its desired size is the block's node count from the start: EKS keeps it and the 
 the block is active. EKS adds its own scheduled action, "Amazon EKS Node Group Capacity Scaledown
 Before Reservation End", 40 minutes before the block ends (same page); gpuforge adds none.
 
+The node agent drains a failing node as an IAM role of its own (`{name}-agent`): only this group's node role
+may assume it (its trust policy names that role, and the node role is allowed sts:AssumeRole on it), and
+the cluster's STANDARD access entry for it (EksCluster.grant_node_agent) maps it to the Kubernetes group the
+node agent's ClusterRoleBinding names. The kubelet's own identity cannot taint its node (NodeRestriction).
+
 The join configuration is the files components.eks_join renders (kubeconfig, KubeletConfiguration, CA,
 kubelet flags with the node labels and GPU taint), written by a cloud-config part of the user data; the
 image's kubelet unit starts from them only after the node agent's boot gate has passed, as slurmd does.
@@ -42,7 +47,7 @@ import yaml
 from gpuforge.components import cluster_rules, node_iam
 from gpuforge.components.efa_layout import interface_layout
 from gpuforge.components.eks_cluster import NODE_POLICIES, SERVICE_CIDR, EksCluster, service_role
-from gpuforge.components.eks_join import KUBECONFIG, JoinConfig, render_files
+from gpuforge.components.eks_join import SECRET_FILES, JoinConfig, render_files
 from gpuforge.components.nodes import (
     HTTP_TOKENS,
     ROOT_VOLUME_TYPE,
@@ -73,7 +78,7 @@ def user_data(params: UserDataParams, join: JoinConfig) -> str:
         "write_files": [
             {
                 "path": path,
-                "permissions": "0600" if path == KUBECONFIG else "0644",
+                "permissions": "0600" if path in SECRET_FILES else "0644",
                 "owner": "root:root",
                 "content": text,
             }
@@ -131,11 +136,14 @@ class EksGpuNodeGroup(pulumi.ComponentResource):
 
         role = service_role(self, name, "ec2", NODE_POLICIES, tags)
         entry = cluster.grant_nodes(name, role.arn)
+        agent = _agent_role(self, name, role, tags)
+        cluster.grant_node_agent(f"{name}-agent", agent.arn)
         market, reservation = _capacity_settings(args.capacity)
         join_values: dict[str, Any] = {
             "endpoint": cluster.endpoint,
             "ca": cluster.certificate_authority,
             "cluster_sg": cluster.cluster_security_group_id,
+            "agent_role": agent.arn,
         }
         if args.file_system is not None:
             join_values |= {"dns_name": args.file_system.dns_name, "mount_name": args.file_system.mount_name}
@@ -156,6 +164,7 @@ class EksGpuNodeGroup(pulumi.ComponentResource):
                 service_cidr=SERVICE_CIDR,
                 labels=node_labels(instance, group_label),
                 taints=(f"{taint.key}=true:{taint.effect}",),
+                agent_role_arn=values["agent_role"],
             )
             return base64.b64encode(user_data(params, join).encode("utf-8")).decode("ascii")
 
@@ -237,6 +246,39 @@ class EksGpuNodeGroup(pulumi.ComponentResource):
         self.launch_template_id = template.id
         self.node_group = group.node_group_name
         self.register_outputs({"launch_template_id": self.launch_template_id, "node_group": self.node_group})
+
+
+def _agent_role(
+    owner: pulumi.Resource, name: str, node_role: aws.iam.Role, tags: Mapping[str, str]
+) -> aws.iam.Role:
+    """The node agent's IAM role `{name}-agent-role`: assumable by `node_role` only, with no AWS permissions of its own (it is only
+    an identity for the cluster), and the node role's permission to assume it."""
+    invoke = pulumi.InvokeOutputOptions(parent=owner)
+    child = pulumi.ResourceOptions(parent=owner)
+
+    def statement(**fields: Any) -> list[aws.iam.GetPolicyDocumentStatementArgs]:
+        return [aws.iam.GetPolicyDocumentStatementArgs(effect="Allow", actions=["sts:AssumeRole"], **fields)]
+
+    trust = aws.iam.get_policy_document_output(
+        statements=node_role.arn.apply(
+            lambda arn: statement(
+                principals=[aws.iam.GetPolicyDocumentStatementPrincipalArgs(type="AWS", identifiers=[arn])]
+            )
+        ),
+        opts=invoke,
+    )
+    agent = aws.iam.Role(
+        f"{name}-agent-role",
+        assume_role_policy=trust.json,
+        description=f"gpuforge {name}: the node agent's Kubernetes identity",
+        tags=dict(tags),
+        opts=child,
+    )
+    may_assume = aws.iam.get_policy_document_output(
+        statements=agent.arn.apply(lambda arn: statement(resources=[arn])), opts=invoke
+    )
+    aws.iam.RolePolicy(f"{name}-assume-agent", role=node_role.name, policy=may_assume.json, opts=child)
+    return agent
 
 
 def _group_arn(owner: pulumi.Resource, group: aws.eks.NodeGroup) -> pulumi.Output[str]:

@@ -22,7 +22,7 @@ from gpuforge.components import GpuCluster, eks_join
 from gpuforge.components.eks_nodes import gpu_group_name
 from gpuforge.components.specs import CapacitySpec, SchedulerSpec
 from gpuforge.errors import InputError
-from gpuforge.kubernetes import kueue
+from gpuforge.kubernetes import kueue, node_agent
 from gpuforge.pulumi_mocks import GpuforgeMocks
 
 CLUSTER = "aws:eks/cluster:Cluster"
@@ -169,6 +169,7 @@ def test_join_files_and_node_setup_in_user_data(mocks: GpuforgeMocks) -> None:
     files = {item["path"]: item for item in cloud["write_files"]}
     assert set(files) == {
         eks_join.KUBECONFIG,
+        eks_join.AGENT_KUBECONFIG,
         eks_join.KUBELET_CONFIG,
         eks_join.CA_FILE,
         eks_join.KUBELET_ENV,
@@ -291,3 +292,39 @@ def test_gpu_nodes_carry_what_the_kueue_flavor_selects_and_tolerates(mocks: Gpuf
         assert f"{key}={value}" in env
     (toleration,) = flavor["spec"]["tolerations"]
     assert f"--register-with-taints={toleration['key']}=true:{toleration['effect']}" in env
+
+
+def test_node_agent_has_its_own_identity_bound_to_its_kubernetes_group(mocks: GpuforgeMocks) -> None:
+    """The node agent taints its node as an IAM role of its own (NodeRestriction forbids the kubelet's): a
+    STANDARD access entry maps it to the group the rendered ClusterRoleBinding names, only the node role may
+    assume it, and the user data's agent kubeconfig assumes it (aws-iam-authenticator token --role)."""
+    deploy()
+    agent = mocks.named("demo-nodes-agent-role")
+    node_role = mocks.named("demo-nodes-role").outputs["arn"]
+    entries = {entry.name: entry.inputs for entry in mocks.of_type(ACCESS_ENTRY)}
+    assert entries["demo-nodes-agent-access"] == {
+        "clusterName": "demo",
+        "principalArn": agent.outputs["arn"],
+        "type": "STANDARD",
+        "kubernetesGroups": [node_agent.GROUP],
+    }
+    (binding_subject,) = node_agent.cluster_role_binding()["subjects"]
+    assert binding_subject["name"] in entries["demo-nodes-agent-access"]["kubernetesGroups"]
+    (trust,) = json.loads(agent.inputs["assumeRolePolicy"])["Statement"]
+    assert trust["Action"] == "sts:AssumeRole"
+    assert trust["Principal"] == {"AWS": node_role}
+    (allowed,) = json.loads(mocks.named("demo-nodes-assume-agent").inputs["policy"])["Statement"]
+    assert (allowed["Action"], allowed["Resource"]) == ("sts:AssumeRole", agent.outputs["arn"])
+    assert (
+        mocks.named("demo-nodes-assume-agent").inputs["role"]
+        == mocks.named("demo-nodes-role").outputs["name"]
+    )
+    cloud = yaml.safe_load(parts(mocks)["text/cloud-config"])
+    files = {item["path"]: item for item in cloud["write_files"]}
+    written = files[eks_join.AGENT_KUBECONFIG]
+    assert written["path"] == "/etc/gpuforge/node-agent.kubeconfig"
+    assert written["permissions"] == "0600"
+    kubeconfig = yaml.safe_load(written["content"])
+    exec_ = kubeconfig["users"][0]["user"]["exec"]
+    assert exec_["command"] == eks_join.AUTHENTICATOR
+    assert exec_["args"] == ["token", "-i", "demo", "--region", "us-east-1", "--role", agent.outputs["arn"]]

@@ -26,6 +26,7 @@ JOIN = eks_join.JoinConfig(
     service_cidr="172.20.0.0/16",
     labels={"gpuforge.dev/node-group": "p5-eks-gpu", "gpuforge.dev/efa": "true"},
     taints=("nvidia.com/gpu=true:NoSchedule",),
+    agent_role_arn="arn:aws:iam::123456789012:role/p5-eks-nodes-agent-role",
 )
 
 
@@ -41,7 +42,7 @@ def test_matches_the_golden_file() -> None:
 
 def test_every_file_is_well_formed_and_says_why() -> None:
     files = eks_join.render_files(JOIN)
-    for path in (eks_join.KUBECONFIG, eks_join.KUBELET_CONFIG):
+    for path in (eks_join.KUBECONFIG, eks_join.AGENT_KUBECONFIG, eks_join.KUBELET_CONFIG):
         text = files[path]
         assert text.startswith("# gpuforge:"), path
         assert isinstance(yaml.safe_load(text), dict)
@@ -63,3 +64,14 @@ def test_every_file_is_well_formed_and_says_why() -> None:
 def test_cluster_dns_is_the_tenth_service_address() -> None:
     assert eks_join.cluster_dns("10.100.0.0/16") == "10.100.0.10"
     assert eks_join.cluster_dns("172.20.0.0/16") == "172.20.0.10"
+
+
+def test_the_node_agent_kubeconfig_assumes_its_role_and_the_kubelet_does_not() -> None:
+    files = eks_join.render_files(JOIN)
+    agent = yaml.safe_load(files[eks_join.AGENT_KUBECONFIG])
+    kubelet = yaml.safe_load(files[eks_join.KUBECONFIG])
+    assert agent["clusters"] == kubelet["clusters"]
+    args = agent["users"][0]["user"]["exec"]["args"]
+    assert args[args.index("--role") + 1] == JOIN.agent_role_arn
+    assert "--role" not in kubelet["users"][0]["user"]["exec"]["args"]
+    assert eks_join.AGENT_KUBECONFIG == "/etc/gpuforge/node-agent.kubeconfig"

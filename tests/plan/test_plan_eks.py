@@ -16,7 +16,8 @@ def test_p5_eks_plans_the_control_plane_node_groups_and_the_block_scale_down(cat
     types = [resource.type for resource in result.run.resources]
     assert types.count("aws:eks/cluster:Cluster") == 1
     assert types.count("aws:eks/nodeGroup:NodeGroup") == 2  # system (CPU) and GPU
-    assert types.count("aws:eks/accessEntry:AccessEntry") == 3  # admin, system nodes, GPU nodes
+    # admin, system nodes, GPU nodes, the GPU nodes' node agent (STANDARD, its Kubernetes group)
+    assert types.count("aws:eks/accessEntry:AccessEntry") == 4
     assert "aws:autoscaling/group:Group" not in types  # EKS makes the GPU group's Auto Scaling group
     assert "aws:autoscaling/schedule:Schedule" not in types  # EKS adds its own scale-down
     gpu = next(r for r in result.run.resources if r.name == "p5-eks-nodes-group")
