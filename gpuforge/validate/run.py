@@ -23,6 +23,10 @@ each step's stdout comes straight back here; no shared folder is needed. The ste
 Every all_reduce_perf runs with NCCL_DEBUG=INFO (subsystems INIT and NET), and each output's
 transport (network, libfabric provider, GPUDirect RDMA) is judged (gpuforge.validate.transport).
 
+`run_acceptance` takes a `Launcher`: `Slurm` here, or gpuforge.validate.kubernetes_jobs'
+`KubernetesLauncher` (the same runs as workloads admitted through Kueue); the judging, floors,
+transport check and slow-node search are this module's, whichever launched the runs.
+
 Every `srun` carries a Slurm time limit and a local timeout; a step that times out, dies or
 prints a broken table is a failed verdict naming the step, never a pass.
 """
