@@ -276,3 +276,68 @@ def test_diag_script_resumes_profiling_when_the_diag_ends_or_the_pod_is_stopped(
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(diag_pid.read_text()), signal.SIGKILL)
     assert calls.read_text().splitlines() == ["profile --pause", "diag -r 2", "profile --resume"]
+
+
+MPIJOB_CRD = Path(__file__).parent / "crds" / "kubeflow.org_mpijobs.yaml"
+# tests/validate/crds/README.md: the sum of the vendored MPI operator v0.8.0 file.
+MPIJOB_CRD_SHA256 = "78b0131f931fcc8d99f6ce0407281f41b62527e443ec691d26d9634b390ad3bb"
+
+
+def _mpijob_crd() -> dict[str, Any]:
+    import hashlib
+
+    import yaml
+
+    data = MPIJOB_CRD.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == MPIJOB_CRD_SHA256, "the vendored CRD changed; see its README"
+    crd: dict[str, Any] = yaml.safe_load(data)
+    return crd
+
+
+def test_pair_mpijob_fits_the_mpi_operators_crd() -> None:
+    import jsonschema
+
+    (version,) = [item for item in _mpijob_crd()["spec"]["versions"] if item["name"] == "v2beta1"]
+    job = kj.mpi_job(plan(), settings(), "p", NODES, {})
+    jsonschema.validate(job, version["schema"]["openAPIV3Schema"], cls=jsonschema.Draft7Validator)
+
+
+@pytest.mark.slow
+def test_pair_mpijob_is_accepted_by_the_api_server_with_the_crd(api_server: Any) -> None:
+    """The CRD installed for real: its structural schema (and the server's defaulting) accept the MPIJob."""
+    import time
+
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(str(api_server.kubeconfig))
+    extensions = client.ApiextensionsV1Api(api_client)
+    crd = _mpijob_crd()
+    extensions.create_custom_resource_definition(crd)
+    deadline = time.monotonic() + 60
+    while not any(
+        item.type == "Established" and item.status == "True"
+        for item in extensions.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions
+        or []
+    ):
+        assert time.monotonic() < deadline, "MPIJob CRD not Established within 60 s"
+        time.sleep(0.2)
+    core = client.CoreV1Api(api_client)
+    if not any(item.metadata.name == "llm" for item in core.list_namespace().items):
+        core.create_namespace({"metadata": {"name": "llm"}})
+    job = kj.mpi_job(plan(), settings(), "gpuforge-t1-nccl-9", NODES, {})
+    # The dynamic client's discovery cache predates the CRD: retry (bounded) until the kind is served.
+    for _ in range(50):
+        try:
+            kj.Cluster(api_client).create(job)
+            break
+        except Exception as error:  # ResourceNotFoundError until discovery sees the new kind
+            if "ResourceNotFoundError" not in type(error).__name__:
+                raise
+            time.sleep(0.2)
+    stored = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        "kubeflow.org", "v2beta1", "llm", "mpijobs", "gpuforge-t1-nccl-9"
+    )
+    assert stored["spec"]["runPolicy"]["suspend"] is True
+    assert stored["metadata"]["labels"][kj.QUEUE_LABEL] == "llm"
+    worker = stored["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert worker["resources"]["limits"]["vpc.amazonaws.com/efa"] == "32"
