@@ -57,7 +57,7 @@ done
 step "3/5 Planning ${stack_dir} --stack ${stack}: its own Pulumi program under the SDK's mocks, with the AMI from ${local_catalog}, checked by the policy pack"
 "$gpuforge" plan "$stack_dir" --stack "$stack" --catalog "$local_catalog"
 
-step "3/5 (EKS) Planning ${stack_dir} --stack p5-eks: the same cluster scheduled by EKS (same matrix, same AMI): control plane, node groups, access entries, and when EKS scales the Capacity Block group down"
+step "3/5 (EKS) Planning ${stack_dir} --stack p5-eks: the same cluster scheduled by EKS (same matrix, same AMI): control plane, node groups, access entries, when EKS scales the Capacity Block group down, and the add-ons and Kueue objects gpuforge scheduler render writes"
 "$gpuforge" plan "$stack_dir" --stack p5-eks --catalog "$local_catalog"
 
 slurm_dir=.gpuforge/slurm/${stack}
