@@ -50,6 +50,11 @@ install -D -m 0644 "$files/containerd-config.toml" "$ROOT$CONTAINERD_CONFIG"
 install -D -m 0644 "$files/containerd.service" "$ROOT/etc/systemd/system/containerd.service"
 install -D -m 0644 "$files/kubelet.service" "$ROOT/etc/systemd/system/kubelet.service"
 install -D -m 0644 "$files/kubelet-gpuforge.conf" "$ROOT/etc/systemd/system/kubelet.service.d/gpuforge.conf"
+# The periodic node check of a Kubernetes node (Slurm's is slurmd's HealthCheckProgram): installed, never
+# enabled here; the EKS join user data enables its timer, so only a Kubernetes node runs it.
+for unit in gpuforge-kubernetes-check.service gpuforge-kubernetes-check.timer; do
+    install -D -m 0644 "$files/$unit" "$ROOT/etc/systemd/system/$unit"
+done
 # Enabled, not started: the kubelet starts at boot behind the node check's gate, containerd with it.
 systemctl daemon-reload
 systemctl enable kubelet.service

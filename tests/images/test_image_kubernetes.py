@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import shlex
 import shutil
 import subprocess
 import tarfile
@@ -274,3 +275,97 @@ def test_systemd_accepts_the_gated_kubelet_without_an_ordering_cycle(tmp_path: P
     # multi-user.target, which wants the kubelet): the same verdict notices it, so the clean one above counts.
     bad = _verify(_boot_root(tmp_path / "bad", gate.replace("DefaultDependencies=no\n", "")))
     assert "Found ordering cycle" in bad.stderr and "deleted to break ordering cycle" in bad.stderr
+
+
+PERIODIC = ("gpuforge-kubernetes-check.service", "gpuforge-kubernetes-check.timer")
+
+
+def test_the_periodic_check_units_are_installed_not_enabled(tmp_path: Path) -> None:
+    """Installed by the step and enabled by nobody here: the EKS join user data enables the timer."""
+    data = _releases(tmp_path / "releases", load_matrix_data())
+    done, calls, root = _run(_payload(tmp_path, data), tmp_path, tmp_path / "releases")
+    assert done.returncode == 0, done.stderr
+    for name in PERIODIC:
+        assert (root / "etc/systemd/system" / name).read_text() == (FILES / name).read_text()
+        assert not any(name in call for call in calls), calls
+
+
+def test_the_periodic_check_drains_the_node_the_kubelet_registered(tmp_path: Path) -> None:
+    """The service's command, run by a real sh: --kubernetes --report-asg and the kubelet's node name (the
+    kernel hostname, lowercased), then the env file's flags split as the Slurm wrapper splits them."""
+    unit = read_unit(FILES / PERIODIC[0])
+    assert unit["Unit"]["Requisite"] == "kubelet.service"
+    assert "kubelet.service" in unit["Unit"]["After"].split()
+    argv = shlex.split(unit["Service"]["ExecStart"])
+    assert argv[:2] == ["/bin/sh", "-c"]
+    hostname = tmp_path / "hostname"
+    hostname.write_text("IP-10-0-1-23.EC2.Internal\n")
+    stand_in = tmp_path / "gpuforge"
+    stand_in.write_text('#!/bin/sh\nfor arg in "$@"; do echo "$arg"; done\n')
+    stand_in.chmod(0o755)
+    # systemd turns $$ into $ before sh runs the line; the test points the two absolute paths at its files.
+    script = (
+        argv[2]
+        .replace("$$", "$")
+        .replace("/usr/local/bin/gpuforge", str(stand_in))
+        .replace("/proc/sys/kernel/hostname", str(hostname))
+    )
+    done = subprocess.run(
+        ["/bin/sh", "-c", script],
+        env={"PATH": "/usr/bin:/bin", "GPUFORGE_NODE_CHECK_ARGS": "--report-asg --require-fsx"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert done.stdout.splitlines() == [
+        "node",
+        "check",
+        "--kubernetes",
+        "--report-asg",
+        "--node-name",
+        "ip-10-0-1-23.ec2.internal",
+        "--json",
+        "--report-dir",
+        "/var/log/gpuforge",
+        "--report-asg",
+        "--require-fsx",
+    ]
+
+
+def test_systemd_accepts_the_periodic_check_after_the_kubelet(tmp_path: Path) -> None:
+    root = _boot_root(tmp_path / "root", (FILES / "kubelet-gpuforge.conf").read_text())
+    etc = root / "etc/systemd/system"
+    for name in PERIODIC:
+        shutil.copy(FILES / name, etc / name)
+    for executable in ("bin/sh",):
+        path = root / executable
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+    analyze = shutil.which("systemd-analyze")
+    assert analyze is not None
+    done = subprocess.run(
+        [
+            analyze,
+            "verify",
+            "--man=no",
+            f"--root={root}",
+            *(f"/etc/systemd/system/{name}" for name in PERIODIC),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    # The same verdict fails a unit systemd cannot run, so the clean one above counts.
+    (etc / PERIODIC[0]).write_text((FILES / PERIODIC[0]).read_text().replace("Type=oneshot", "Type=oneshoot"))
+    bad = subprocess.run(
+        [analyze, "verify", "--man=no", f"--root={root}", f"/etc/systemd/system/{PERIODIC[0]}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "oneshoot" in bad.stderr
