@@ -28,6 +28,7 @@ TIMEOUT_RANGE_S = (1.0, 86400.0)
 
 USAGE = """\
 gpuforge validate STACK_DIR --stack NAME [--diag-level N] [--drain] [--json] [--plot FILE] [--timeout S]
+gpuforge validate STACK_DIR --stack NAME --image REPOSITORY@sha256:DIGEST [--team NAME] ... (Kubernetes stacks)
 gpuforge validate report --instance-type TYPE --nodes N FILE... [--json] [--plot FILE]"""
 DESCRIPTION = (
     "The acceptance run after `pulumi up`. Floors: the expected in-place all-reduce busbw at the type's "
