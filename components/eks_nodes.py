@@ -64,6 +64,10 @@ TOKEN = "gpuforge:cluster:EksGpuNodeGroup"
 EKS_SCALE_DOWN_BEFORE_END = timedelta(minutes=40)
 CAPACITY_TYPES = {"on-demand": "ON_DEMAND", "reservation": "ON_DEMAND", "capacity-block": "CAPACITY_BLOCK"}
 _BOUNDARY = "==GPUFORGE=="
+# The periodic node check of a Kubernetes node (images/files/kubernetes/gpuforge-kubernetes-check.timer): the image
+# carries it disabled, so only a node that joins EKS runs it. Started without waiting: cloud-init's final stage is
+# itself a boot job.
+PERIODIC_CHECK_TIMER = "gpuforge-kubernetes-check.timer"
 
 
 def gpu_group_name(cluster: str) -> str:
@@ -83,7 +87,8 @@ def user_data(params: UserDataParams, join: JoinConfig) -> str:
                 "content": text,
             }
             for path, text in render_files(join).items()
-        ]
+        ],
+        "runcmd": [["systemctl", "enable", "--now", "--no-block", PERIODIC_CHECK_TIMER]],
     }
     parts = [
         ("text/cloud-config", "#cloud-config\n" + yaml.safe_dump(cloud_config, sort_keys=False)),

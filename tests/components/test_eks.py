@@ -10,6 +10,7 @@ import base64
 import email
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -34,6 +35,7 @@ ASG = "aws:autoscaling/group:Group"
 ADMIN = "arn:aws:iam::123456789012:role/platform-admin"
 RESERVATION = "cr-0123456789abcdef0"
 BLOCK_END = datetime(2030, 3, 15, 11, 30, tzinfo=UTC)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def kubernetes(**overrides: Any) -> SchedulerSpec:
@@ -328,3 +330,13 @@ def test_node_agent_has_its_own_identity_bound_to_its_kubernetes_group(mocks: Gp
     exec_ = kubeconfig["users"][0]["user"]["exec"]
     assert exec_["command"] == eks_join.AUTHENTICATOR
     assert exec_["args"] == ["token", "-i", "demo", "--region", "us-east-1", "--role", agent.outputs["arn"]]
+
+
+def test_the_join_enables_the_periodic_kubernetes_check(mocks: GpuforgeMocks) -> None:
+    """Only an EKS node's user data enables gpuforge-kubernetes-check.timer, a unit the image carries."""
+    deploy()
+    cloud = yaml.safe_load(parts(mocks)["text/cloud-config"])
+    assert cloud["runcmd"] == [
+        ["systemctl", "enable", "--now", "--no-block", "gpuforge-kubernetes-check.timer"]
+    ]
+    assert (REPO / "images/files/kubernetes/gpuforge-kubernetes-check.timer").is_file()
