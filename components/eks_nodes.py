@@ -168,7 +168,7 @@ class EksGpuNodeGroup(pulumi.ComponentResource):
                 region=args.ami.region,
                 service_cidr=SERVICE_CIDR,
                 labels=node_labels(instance, group_label),
-                taints=(f"{taint.key}=true:{taint.effect}",),
+                taints=(taint.registration,),
                 agent_role_arn=values["agent_role"],
             )
             return base64.b64encode(user_data(params, join).encode("utf-8")).decode("ascii")

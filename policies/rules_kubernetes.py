@@ -32,9 +32,6 @@ from gpuforge.policies.engine_adapter import MISSING, UNKNOWN, elements, unknown
 from gpuforge.policies.props import at
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
-# The value of the GPU taint: components/eks_nodes.py registers nodes with `<key>=true:<effect>` (key and
-# effect from gpuforge/data/kubernetes_addons.yaml's gpu_taint). Only an `Equal` toleration reads it.
-GPU_TAINT_VALUE: Final = "true"
 # Kueue adds its ResourceFlavor's tolerations (gpuforge's flavor carries the GPU taint's) to the pods of a
 # workload it admits: https://kueue.sigs.k8s.io/docs/concepts/resource_flavor/ (ResourceFlavor tolerations).
 KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
@@ -189,7 +186,8 @@ def _tolerates_gpu_taint(toleration: Any, path: str) -> bool:
         return False
     if operator == "Exists":
         return key in ("", taint.key)
-    return key == taint.key and _text(at(toleration, "value"), f"{path}.value") == GPU_TAINT_VALUE
+    # The value as components/eks_nodes.py registers it (gpu_taint in gpuforge/data/kubernetes_addons.yaml).
+    return key == taint.key and _text(at(toleration, "value"), f"{path}.value") == taint.value
 
 
 def _queued_by_kueue(obj: Any) -> bool:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -95,8 +97,16 @@ class NodeLabels(_Strict):
 
 
 class Taint(_Strict):
+    """The GPU node taint: the node group registers it, the rules and tolerations read it (one source)."""
+
     key: str
+    value: str
     effect: str
+
+    @property
+    def registration(self) -> str:
+        """`key=value:effect`, the kubelet's `--register-with-taints` form."""
+        return f"{self.key}={self.value}:{self.effect}"
 
 
 class AddonPins(_Strict):
@@ -108,11 +118,15 @@ class AddonPins(_Strict):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+def load_pins(path: Traversable | Path) -> AddonPins:
+    """An add-on table from a pins file (the shipped one, or a test's)."""
+    return AddonPins.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+
+
 @cache
 def pins() -> AddonPins:
     """The add-on table shipped in the package."""
-    text = resources.files("gpuforge").joinpath(DATA_FILE).read_text(encoding="utf-8")
-    return AddonPins.model_validate(yaml.safe_load(text))
+    return load_pins(resources.files("gpuforge").joinpath(DATA_FILE))
 
 
 def node_labels(instance_type: InstanceType, node_group: str, *, gpu: bool = True) -> dict[str, str]:

@@ -17,6 +17,7 @@ import yaml
 from gpuforge.errors import InputError
 from gpuforge.kubernetes import kueue, node_agent
 from gpuforge.kubernetes.addons import (
+    DATA_FILE,
     Addon,
     Image,
     efa_device_plugin,
@@ -24,6 +25,7 @@ from gpuforge.kubernetes.addons import (
     nvidia_device_plugin,
     pins,
 )
+from gpuforge.kubernetes.check import check_object
 from gpuforge.kubernetes.kueue import GpuNodeGroup, QosLike, TeamLike
 
 if TYPE_CHECKING:
@@ -75,6 +77,24 @@ def _index_entry(addon: Addon, files: list[str]) -> dict[str, Any]:
     return entry
 
 
+def _refuse_broken(cluster: str, objects: Sequence[dict[str, Any]]) -> None:
+    """InputError naming each object that breaks a mandatory Kubernetes rule (the policy pack's own rules,
+    `gpuforge.kubernetes.check.check_object`), so that what the pack would refuse is never written."""
+    broken = [
+        finding
+        for obj in objects
+        for finding in check_object(obj, f"{_path(obj)} {obj['kind']}/{obj['metadata']['name']}")
+        if finding.mandatory
+    ]
+    if broken:
+        lines = "\n".join(f"  {finding.where}: {finding.policy}: {finding.message}" for finding in broken)
+        raise InputError(
+            f"cluster {cluster}: {len(broken)} rendered object(s) break a mandatory Kubernetes rule, so nothing "
+            f"was written:\n{lines}\nFix: correct what they are built from (the add-on pins in gpuforge/"
+            f"{DATA_FILE}, the stack's gpuforge:scheduler block), then render again."
+        )
+
+
 def render_addons(
     cluster: str,
     groups: Sequence[GpuNodeGroup],
@@ -84,7 +104,9 @@ def render_addons(
     """Every file of the cluster's Kubernetes add-ons and Kueue objects: relative path -> text.
 
     Raises InputError for a team or QOS block Kubernetes cannot carry (a name that is not a DNS
-    label, a preemption Kueue's priority order cannot say), before anything is written.
+    label, a preemption Kueue's priority order cannot say), or for an object that breaks a mandatory
+    Kubernetes rule of the policy pack (an image not by digest, a GPU pod without the taint's
+    toleration), before anything is written.
     """
     if not groups:
         raise InputError(f"cluster {cluster}: no GPU node group to render Kubernetes add-ons for.")
@@ -118,6 +140,7 @@ def render_addons(
         built = _addon_objects(addon, build)
         index["addons"][name] = _index_entry(addon, [_path(obj) for obj in built])
         objects += built
+    _refuse_broken(cluster, objects)
     kueue_addon = table.addons["kueue"]
     values_path = "addons/kueue-values.yaml"
     index["addons"]["kueue"] = _index_entry(kueue_addon, [] if kueue_addon.unsourced else [values_path])

@@ -340,3 +340,21 @@ def test_the_join_enables_the_periodic_kubernetes_check(mocks: GpuforgeMocks) ->
         ["systemctl", "enable", "--now", "--no-block", "gpuforge-kubernetes-check.timer"]
     ]
     assert (REPO / "images/files/kubernetes/gpuforge-kubernetes-check.timer").is_file()
+
+
+def test_gpu_nodes_register_the_taint_value_of_the_pins(
+    mocks: GpuforgeMocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The taint's value comes from gpuforge/data/kubernetes_addons.yaml, the file the policy rules read."""
+    from gpuforge.components import eks_nodes
+    from gpuforge.kubernetes.addons import pins
+
+    shipped = pins()
+    other = shipped.model_copy(
+        update={"gpu_taint": shipped.gpu_taint.model_copy(update={"value": "present"})}
+    )
+    monkeypatch.setattr(eks_nodes, "pins", lambda: other)
+    deploy()
+    cloud = yaml.safe_load(parts(mocks)["text/cloud-config"])
+    env = next(item["content"] for item in cloud["write_files"] if item["path"] == eks_join.KUBELET_ENV)
+    assert "--register-with-taints=nvidia.com/gpu=present:NoSchedule" in env
