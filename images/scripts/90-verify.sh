@@ -230,7 +230,7 @@ check_slurm() {
             ok=0
         }
     done
-    for unit in slurmctld.service slurmdbd.service slurmd.service mariadb.service; do
+    for unit in slurmctld.service slurmdbd.service slurmd.service mariadb.service gpuforge-sync-accounts.service; do
         state="$(systemctl is-enabled "$unit" 2>/dev/null || true)"
         [[ "$state" == disabled ]] || {
             fail slurm "$unit is '${state:-not installed}'; the image installs it disabled (user data enables it)"
@@ -340,6 +340,12 @@ check_kubernetes() {
     [[ "$state" == enabled ]] || fail kubelet "kubelet.service is '${state:-not installed}', it must be enabled"
     state="$(systemctl is-active kubelet.service 2>/dev/null || true)"
     [[ "$state" != active ]] || fail kubelet "kubelet.service is running on the build instance; it must start only at a node's boot"
+    # The periodic check's units: installed, left disabled (the EKS join's user data enables the timer).
+    for unit in gpuforge-kubernetes-check.service gpuforge-kubernetes-check.timer; do
+        state="$(systemctl is-enabled "$unit" 2>/dev/null || true)"
+        [[ "$state" == disabled ]] ||
+            fail kubelet "$unit is '${state:-not installed}'; the image installs it disabled (the EKS join enables it)"
+    done
     return 0
 }
 

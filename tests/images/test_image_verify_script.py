@@ -91,6 +91,9 @@ def _add_kubernetes_parts(node: Node) -> None:
         "loopback": "CNI loopback plugin v1.9.1\nCNI protocol versions supported: 0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0\n",
         "systemctl is-enabled kubelet.service": "enabled\n",
         "systemctl is-active kubelet.service": "inactive\n",
+        # 72-kubernetes.sh installs the periodic check's units without enabling them (the EKS join does).
+        "systemctl is-enabled gpuforge-kubernetes-check.service": "disabled\n",
+        "systemctl is-enabled gpuforge-kubernetes-check.timer": "disabled\n",
     }
     config = (REPO / "images/files/kubernetes/containerd-config.toml").read_text(encoding="utf-8")
     gate = (REPO / "images/files/kubernetes/kubelet-gpuforge.conf").read_text(encoding="utf-8")
@@ -365,6 +368,14 @@ CASES: dict[str, tuple[Callable[[Node], None], list[str]]] = {
     "mariadb-enabled": (
         _set("systemctl is-enabled mariadb.service", "enabled\n"),
         ["slurm: mariadb.service is 'enabled'; the image installs it disabled"],
+    ),
+    "sync-accounts-enabled": (
+        _set("systemctl is-enabled gpuforge-sync-accounts.service", "enabled\n"),
+        ["slurm: gpuforge-sync-accounts.service is 'enabled'; the image installs it disabled"],
+    ),
+    "kubernetes-check-timer-missing": (
+        _drop("systemctl is-enabled gpuforge-kubernetes-check.timer"),
+        ["kubelet: gpuforge-kubernetes-check.timer is 'not installed'; the image installs it disabled"],
     ),
     "mariadb-version": (
         _set(DPKG + "mariadb-server", "ii  1:10.6.22-0ubuntu0.22.04.1"),
