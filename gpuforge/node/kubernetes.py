@@ -120,22 +120,32 @@ class KubernetesAgent:
         ours = [taint for taint in node.spec.taints or [] if taint.key == TAINT_KEY]
         if report.healthy and not ours:
             return
-        if report.healthy:
-            _say(
-                f"checks pass, but {self.node} stays cordoned and tainted {TAINT_KEY}: an administrator "
-                f"uncordons it (`kubectl uncordon {self.node}`) and removes the taint "
-                f"(`kubectl taint node {self.node} {TAINT_KEY}-`)"
-            )
-        else:
+        if not report.healthy:
             failures = sorted(report.failures, key=lambda check: check.id != "xid")
-            reason = drain_reason(report, ctx)
-            self.cordon(failures[0].id, reason)
-            _say(f"cordoned {self.node}: {reason} (pods are evicted within their disruption budgets)")
+            self.drain(failures[0].id, drain_reason(report, ctx), deadline)
+            return
+        _say(
+            f"checks pass, but {self.node} stays cordoned and tainted {TAINT_KEY}: an administrator "
+            f"uncordons it (`kubectl uncordon {self.node}`) and removes the taint "
+            f"(`kubectl taint node {self.node} {TAINT_KEY}-`)"
+        )
+        self._evict_then_replace(deadline)
+
+    def drain(self, check_id: str, reason: str, deadline: float | None = None) -> bool:
+        """Cordon, taint and mark the node with `reason`, evict its pods within their disruption budgets,
+        then report it to its Auto Scaling group: the one drain of a failing check and of `gpuforge
+        validate --drain` (gpuforge.validate.kubernetes_drain). True when it was reported (or had been)."""
+        deadline = self.clock() + self.budget_s if deadline is None else deadline
+        self.cordon(check_id, reason)
+        _say(f"cordoned {self.node}: {reason} (pods are evicted within their disruption budgets)")
+        return self._evict_then_replace(deadline)
+
+    def _evict_then_replace(self, deadline: float) -> bool:
         left = self.evict_pods(deadline)
         if left:
             _say(f"{self.node}: {len(left)} pod(s) not evicted yet ({', '.join(left)}): not reported yet")
-            return
-        self._replace()
+            return False
+        return self._replace()
 
     def cordon(self, check_id: str, reason: str) -> None:
         """Unschedulable, tainted by the check's id, and the condition with the reason; idempotent."""
@@ -217,20 +227,25 @@ class KubernetesAgent:
                 return left
             self.sleep(self.retry_s)
 
-    def _replace(self) -> None:
+    def read(self) -> Any:
+        """The node as the API server has it; an error naming the rules the caller needs when it cannot."""
+        return self._call("read node", self.api.read_node, self.node)
+
+    def _replace(self) -> bool:
         node = self._call("read node", self.api.read_node, self.node)
         if REPORTED_ANNOTATION in (node.metadata.annotations or {}):
             _say(
                 f"{self.node} was already reported Unhealthy; waiting for its Auto Scaling group to replace it"
             )
-            return
+            return True
         if self.report_asg is None:
             _say(f"{self.node} is drained; with --report-asg its Auto Scaling group would replace it")
-            return
+            return False
         marked = self.report_asg()
         patch = {"metadata": {"annotations": {REPORTED_ANNOTATION: marked}}}
         self._call("annotate node", self.api.patch_node, self.node, patch)
         _say(f"{self.node} is drained: marked {marked} Unhealthy in its Auto Scaling group")
+        return True
 
     def _patch(self, method: Callable[..., Any], patch: list[dict[str, Any]]) -> bool:
         """Apply a JSON patch; False when its resourceVersion test failed (someone else wrote first)."""

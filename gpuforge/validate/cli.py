@@ -72,7 +72,8 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--drain",
         action="store_true",
-        help="drain the slow nodes and those whose diag failed (reason 'gpuforge: validate: ...'), so Auto Scaling replaces them",
+        help="drain the slow nodes and those whose diag failed (reason 'gpuforge: validate: ...'), so Auto Scaling "
+        "replaces them (on Kubernetes as the node agent does: cordon, taint, evict within disruption budgets, report)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON (README: Acceptance)")
     parser.add_argument("--plot", type=Path, metavar="FILE", help="write busbw against message size as SVG")
@@ -203,11 +204,6 @@ def _run_kubernetes(args: argparse.Namespace, config: Any) -> int:
             f"stack {config.stack} schedules with Kubernetes: --image is required (the acceptance's container, "
             "REPOSITORY@sha256:<64 hex>, with nccl-tests built with MPI, sshd, aws-ofi-nccl and dcgmi). Fix: pass it."
         )
-    if args.drain:
-        raise InputError(
-            "--drain: on a Kubernetes stack the node agent cordons and replaces failing nodes "
-            "(gpuforge.node.kubernetes); validate does not drain there yet. Fix: run without --drain."
-        )
     teams = [team.name for team in config.scheduler.teams]
     team = args.team or (teams[0] if teams else None)
     if team is None or team not in teams:
@@ -241,7 +237,21 @@ def _run_kubernetes(args: argparse.Namespace, config: Any) -> int:
         )
     minutes = max(1, math.ceil(args.timeout / 60))
     plan = Plan(nodes, instance, floors_for(config.instance_type), args.diag_level, minutes)
-    return _emit(run_acceptance(launcher, plan), args)
+    report = run_acceptance(launcher, plan)
+    if args.drain:
+        from kubernetes import client
+
+        from gpuforge.validate.kubernetes_drain import drain_failed_nodes
+
+        drained = drain_failed_nodes(
+            client.CoreV1Api(api_client),
+            report,
+            region=config.region,
+            instance_type=config.instance_type,
+            progress=launcher.progress,
+        )
+        launcher.progress(f"validate: drained {', '.join(drained) or 'no node'}")
+    return _emit(report, args)
 
 
 def read_output(path: Path) -> str:

@@ -404,23 +404,49 @@ def _judged(file: str, text: str, problem: str | None, plan: Plan, nodes: int) -
     return verdict
 
 
-def drain_failed(slurm: Slurm, report: Report) -> list[str]:
-    """Drain every slow node and every node whose diag failed, with a reason naming the check.
+@dataclass(frozen=True)
+class FailedNode:
+    """A node the acceptance found bad: what `validate --drain` drains it with, on Slurm or Kubernetes."""
 
-    Through the node agent's drain: a node already drained (by gpuforge, an alert or an
-    administrator) keeps its drain and reason. Returns the nodes this call drained."""
-    reasons: dict[str, str] = {}
+    node: str
+    check: str
+    """The failed check's id (`validate-nccl`, `validate-dcgm-diag`): the Kubernetes taint's value."""
+    reason: str
+    """`gpuforge: validate: ...`, cleaned as a Slurm reason: Slurm's drain reason, Kubernetes' condition message."""
+
+
+# The check ids of the acceptance's failures (the node agent's are its checks' ids, e.g. `xid`).
+SLOW_CHECK = "validate-nccl"
+DIAG_CHECK = "validate-dcgm-diag"
+
+
+def failed_nodes(report: Report) -> list[FailedNode]:
+    """Every slow node and every node whose diag failed, by name, with the check and the reason naming it.
+
+    A node both slow and failing its diag is drained for its slowness (found first)."""
+    found: dict[str, FailedNode] = {}
     floor = report.floors.floor(2)
     for node in report.slow_nodes:
-        reasons[node] = f"{REASON_PREFIX} validate: {_slow_reason(report, node, floor)}"
+        reason = f"{REASON_PREFIX} validate: {_slow_reason(report, node, floor)}"
+        found[node] = FailedNode(node, SLOW_CHECK, clean_reason(reason))
     for item in report.diag:
         if not item.passed:
             node = item.file.removeprefix("diag:")
-            reasons.setdefault(node, f"{REASON_PREFIX} validate: dcgmi diag: {item.run.problems[0]}")
+            reason = f"{REASON_PREFIX} validate: dcgmi diag: {item.run.problems[0]}"
+            found.setdefault(node, FailedNode(node, DIAG_CHECK, clean_reason(reason)))
+    return [found[node] for node in sorted(found)]
+
+
+def drain_failed(slurm: Slurm, report: Report) -> list[str]:
+    """Drain every node of `failed_nodes`, with its reason naming the check.
+
+    Through the node agent's drain: a node already drained (by gpuforge, an alert or an
+    administrator) keeps its drain and reason. Returns the nodes this call drained."""
     drained = []
-    for node, reason in sorted(reasons.items()):
+    for failed in failed_nodes(report):
+        node = failed.node
         try:
-            left_alone = drain_unless_drained(slurm.command, node, clean_reason(reason))
+            left_alone = drain_unless_drained(slurm.command, node, failed.reason)
         except SlurmError as error:
             raise ValidateError(str(error)) from None
         if left_alone is None:

@@ -191,7 +191,6 @@ STACK_ARGS = ["validate", str(REPO / "stacks" / "training"), "--stack", "p5-eks"
         ([], "--image is required"),
         (["--image", "public.ecr.aws/hpc-cloud/nccl-tests:latest"], "pinned by digest"),
         (["--image", f"r.invalid/x@{DIGEST}", "--team", "nobody"], "LocalQueues are llm, vision"),
-        (["--image", f"r.invalid/x@{DIGEST}", "--drain"], "--drain"),
     ],
 )
 def test_kubernetes_stack_refuses_bad_input(
