@@ -22,6 +22,12 @@ from gpuforge import hardware
 from gpuforge.compat import compat, driver_cuda_major
 from gpuforge.errors import GpuforgeError
 from gpuforge.images.matrix import KUBERNETES_KEYS, MONITORING_KEYS, Matrix
+from gpuforge.images.rds_ca import BUNDLE_FILE as RDS_CA_FILE
+from gpuforge.images.rds_ca import BUNDLE_NAME as RDS_CA_NAME
+from gpuforge.images.rds_ca import BUNDLE_SHA256 as RDS_CA_SHA256
+from gpuforge.images.rds_ca import INSTALLED_PATH as RDS_CA_INSTALLED
+from gpuforge.images.rds_ca import PAYLOAD_DIR as RDS_CA_DIR
+from gpuforge.images.rds_ca import vendored_bundle
 from gpuforge.monitoring.fields import FIELDS_FILE, field_list_csv
 
 HERE = Path(__file__).resolve().parent
@@ -151,6 +157,12 @@ def matrix_values(matrix: Matrix, digest: str) -> dict[str, str]:
     values.update(_ofi_values(matrix))
     values.update(_tarball_values(matrix))
     values.update(_kubernetes_values(matrix))
+    # The Amazon RDS CA bundle (gpuforge.images.rds_ca), installed by lib.sh's install_rds_ca_bundle.
+    values |= {
+        "GPUFORGE_RDS_CA_SOURCE": f"{RDS_CA_DIR}/{RDS_CA_NAME}",
+        "GPUFORGE_RDS_CA_BUNDLE": RDS_CA_INSTALLED,
+        "GPUFORGE_RDS_CA_SHA256": RDS_CA_SHA256,
+    }
     return values
 
 
@@ -203,8 +215,8 @@ def dcgm_field_list(matrix: Matrix) -> str:
 
 
 def write_payload(payload: Path, matrix: Matrix, digest: str) -> None:
-    """Fill `payload` (a new folder) with the scripts, matrix.env, unit files, dcgm-exporter's field list
-    and gpuforge's source."""
+    """Fill `payload` (a new folder) with the scripts, matrix.env, unit files, dcgm-exporter's field list,
+    the RDS CA bundle and gpuforge's source."""
     payload.mkdir(parents=True)
     (payload / MATRIX_ENV).write_text(matrix_env(matrix_values(matrix, digest)), encoding="utf-8")
     (payload / MONITORING_DIR).mkdir()
@@ -219,4 +231,7 @@ def write_payload(payload: Path, matrix: Matrix, digest: str) -> None:
             if item.is_file():
                 shutil.copy2(item, files / item.name)
     shutil.copytree(FILES_DIR / KUBERNETES_DIR, payload / KUBERNETES_DIR)
+    # The vendored RDS CA bundle, refused here already when it is not the pinned one.
+    (payload / RDS_CA_DIR).mkdir()
+    (payload / RDS_CA_DIR / RDS_CA_NAME).write_bytes(vendored_bundle(RDS_CA_FILE))
     copy_source(payload / SOURCE_DIR)

@@ -81,6 +81,10 @@ tar -xzf "$work/slurm.tar.gz" -C "$work/slurm" --strip-components=1
     die "slurm: accounting_storage/mysql was not built (configure found no libmariadb-dev); slurmdbd needs it"
 ldconfig
 
+# The Amazon RDS CA bundle slurmdbd verifies an Aurora writer's certificate with (accounting.database: aurora;
+# slurmdbd.conf StorageParameters=SSL_CA=...), checked against its pin first (images/files/rds-ca/README.md).
+install_rds_ca_bundle
+
 # The controller runs as SlurmUser=slurm; slurmd runs as root.
 if ! getent passwd slurm >/dev/null; then
     useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin slurm

@@ -254,6 +254,15 @@ check_slurm() {
             fi
         done
     fi
+    # The Amazon RDS CA bundle slurmdbd verifies an Aurora writer with (45-slurm.sh: install_rds_ca_bundle).
+    local bundle="$ROOT$GPUFORGE_RDS_CA_BUNDLE" digest
+    if [[ ! -f "$bundle" ]]; then
+        fail rds_ca "no $GPUFORGE_RDS_CA_BUNDLE (45-slurm.sh installs the Amazon RDS CA bundle there)"
+    else
+        digest="$(sha256_of "$bundle")"
+        [[ "$digest" == "$GPUFORGE_RDS_CA_SHA256" ]] ||
+            fail rds_ca "$GPUFORGE_RDS_CA_BUNDLE has sha256 $digest, gpuforge pins $GPUFORGE_RDS_CA_SHA256"
+    fi
     if ((!ok)); then unset 'found[slurm]'; fi
 }
 

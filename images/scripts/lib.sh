@@ -287,3 +287,21 @@ CONTAINERD_BIN="/usr/local/bin/containerd"
 RUNC_BIN="/usr/local/sbin/runc"
 CNI_BIN_DIR="/opt/cni/bin"
 CONTAINERD_CONFIG="/etc/containerd/config.toml"
+
+# --- the Amazon RDS CA bundle (45-slurm.sh, 90-verify.sh, images/files/rds-ca/) ----------------------
+
+# slurmdbd verifies an Aurora writer's certificate with it (accounting.database: aurora). matrix.env
+# carries where the payload holds it, its installed path (gpuforge.scheduler.render.RDS_CA_BUNDLE) and
+# its sha256 (gpuforge.images.rds_ca.BUNDLE_SHA256).
+sha256_of() { sha256sum "$1" | awk '{ print $1 }'; }
+
+# Install the payload's bundle at GPUFORGE_RDS_CA_BUNDLE; stop unless its sha256 is the pinned one.
+install_rds_ca_bundle() {
+    local bundle="$GPUFORGE_PAYLOAD/$GPUFORGE_RDS_CA_SOURCE" found
+    [[ -f "$bundle" ]] || die "rds-ca: the payload has no $GPUFORGE_RDS_CA_SOURCE (gpuforge copies it from images/files/rds-ca/)"
+    found="$(sha256_of "$bundle")"
+    [[ "$found" == "$GPUFORGE_RDS_CA_SHA256" ]] ||
+        die "rds-ca: $bundle has sha256 $found, gpuforge pins $GPUFORGE_RDS_CA_SHA256; refusing to install it"
+    install -D -m 0644 "$bundle" "$ROOT$GPUFORGE_RDS_CA_BUNDLE"
+    log "rds-ca: installed the Amazon RDS CA bundle at $GPUFORGE_RDS_CA_BUNDLE (sha256 $found)"
+}

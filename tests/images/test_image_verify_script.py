@@ -23,10 +23,12 @@ from typing import Any
 import pytest
 from image_helpers import FIXTURES, MATRICES, REPO, base_path, load_matrix_data, write_matrix
 
+from gpuforge.images import rds_ca
 from gpuforge.images.matrix import load_valid
 from gpuforge.images.render import RenderOptions, render
 from gpuforge.images.tags import component_versions
 from gpuforge.node.manifest import load_manifest
+from gpuforge.scheduler.render import RDS_CA_BUNDLE
 
 RECORDING = FIXTURES / "node-p5-h100-cuda12.json"
 REPLAYED = (
@@ -69,6 +71,8 @@ Node = dict[str, Any]
 def _recording() -> Node:
     data: Node = json.loads(RECORDING.read_text(encoding="utf-8"))
     _add_kubernetes_parts(data)
+    # The Amazon RDS CA bundle as 45-slurm.sh installs it (lib.sh install_rds_ca_bundle).
+    data["files"][RDS_CA_BUNDLE.lstrip("/")] = rds_ca.BUNDLE_FILE.read_text(encoding="ascii")
     return data
 
 
@@ -420,6 +424,14 @@ CASES: dict[str, tuple[Callable[[Node], None], list[str]]] = {
         ["kubelet: kubelet.service is running on the build instance"],
     ),
     "no-slurm-user": (_drop("getent passwd slurm"), ["slurm: there is no slurm user"]),
+    "rds-ca-missing": (
+        _drop_file(RDS_CA_BUNDLE.lstrip("/")),
+        [f"rds_ca: no {RDS_CA_BUNDLE} (45-slurm.sh installs the Amazon RDS CA bundle there)"],
+    ),
+    "rds-ca-changed": (
+        _set_file(RDS_CA_BUNDLE.lstrip("/"), "-----BEGIN CERTIFICATE-----\n"),
+        [f"rds_ca: {RDS_CA_BUNDLE} has sha256 ", f"gpuforge pins {rds_ca.BUNDLE_SHA256}"],
+    ),
     "no-spool": (_drop_dir("var/spool/slurmctld"), ["slurm: folder /var/spool/slurmctld is missing"]),
     "not-held": (
         _set("apt-mark showhold", "libnccl2\n"),
