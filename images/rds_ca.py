@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date
+from functools import cache
 from pathlib import Path
 
 from cryptography import x509
 
-from gpuforge.errors import GpuforgeError
+from gpuforge.compat import Compat
+from gpuforge.errors import Finding, GpuforgeError, Severity
+from gpuforge.images.matrix import Matrix
 from gpuforge.scheduler.render import RDS_CA_BUNDLE
 
 # Where the bundle is vendored (images/files/rds-ca/) and where the payload carries it (payload/rds-ca/).
@@ -130,3 +133,33 @@ def vendored_bundle(path: Path = BUNDLE_FILE) -> bytes:
             "together)."
         )
     return data
+
+
+@cache
+def _vendored_text() -> bytes:
+    return vendored_bundle()
+
+
+def rule_rds_ca_regions(matrix: Matrix, data: Compat, today: date | None = None) -> Iterator[Finding]:
+    """An image with Slurm can serve `accounting.database: aurora` in each region it is built in (os.base_ami)
+    only where the vendored bundle holds a root of that region valid today (`today` lets tests fix the date);
+    elsewhere the controller's slurmdbd cannot verify Aurora and the boot stops. A warning: the default local
+    database needs no bundle."""
+    if matrix.slurm is None:
+        return
+    today = today or date.today()
+    try:
+        problems = bundle_problems(_vendored_text(), matrix.os.base_ami, today)
+    except RdsBundleInvalid as error:
+        yield Finding("slurm.rds-ca-regions", Severity.ERROR, "os.base_ami", str(error), str(BUNDLE_FILE))
+        return
+    for problem in problems:
+        yield Finding(
+            "slurm.rds-ca-regions",
+            Severity.WARNING,
+            "os.base_ami",
+            f"{problem}, so a controller of this image there cannot verify Aurora (accounting.database: aurora) "
+            "and stops at boot. Fix: refresh images/files/rds-ca/global-bundle.pem from AWS as its README says, "
+            "or use accounting.database: local in that region.",
+            "https://docs.aws.amazon.com/AmazonRDS/latest/AuroraUserGuide/UsingWithRDS.SSL.html",
+        )

@@ -26,6 +26,7 @@ from gpuforge.compat import (
 from gpuforge.errors import Finding, InputError, Severity
 from gpuforge.images.kubernetes_rules import KUBERNETES_RULES
 from gpuforge.images.matrix import MONITORING_KEYS, SCHEMA_SOURCE, Matrix
+from gpuforge.images.rds_ca import rule_rds_ca_regions
 from gpuforge.monitoring.fields import DATA_FILE, load_fields
 from gpuforge.monitoring.releases import monitoring_versions
 from gpuforge.regions import region_problem
@@ -1186,6 +1187,7 @@ RULES: tuple[Rule, ...] = (
     rule_slurm_series,
     rule_slurm_pmix,
     rule_slurm_features,
+    rule_rds_ca_regions,
     rule_monitoring_pinned,
     rule_monitoring_url_version,
     rule_prometheus_supported,

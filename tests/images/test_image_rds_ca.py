@@ -19,12 +19,15 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from image_helpers import MATRICES, REPO, SHIPPED
+from image_helpers import MATRICES, REPO, SHIPPED, load_matrix_data
 
+from gpuforge.compat import compat
+from gpuforge.errors import Severity
 from gpuforge.images import payload as payload_module
 from gpuforge.images import rds_ca
-from gpuforge.images.matrix import load_valid
+from gpuforge.images.matrix import Matrix, load_valid
 from gpuforge.images.render import RenderOptions, render
+from gpuforge.images.rules import RULES
 from gpuforge.scheduler.render import RDS_CA_BUNDLE
 
 README = REPO / "images" / "files" / "rds-ca" / "README.md"
@@ -178,3 +181,44 @@ def test_the_slurm_step_refuses_a_bundle_that_is_not_the_pinned_one(rendered: Pa
     assert done.returncode == 1
     assert f"gpuforge pins {rds_ca.BUNDLE_SHA256}; refusing to install it" in done.stderr
     assert not (tmp_path / "root" / RDS_CA_BUNDLE.lstrip("/")).exists()
+
+
+def _matrix(**os_changes: object) -> Matrix:
+    data = load_matrix_data()
+    data["os"] = {**data["os"], **os_changes}
+    return Matrix.model_validate(data)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
+def test_every_shipped_matrix_passes_the_rds_ca_rule(path: Path) -> None:
+    matrix, _ = load_valid(path)
+    assert list(rds_ca.rule_rds_ca_regions(matrix, compat(), CHECK_DAY)) == []
+
+
+def test_a_matrix_built_in_a_region_the_bundle_lacks_gets_a_warning_with_the_fix() -> None:
+    ami = load_matrix_data()["os"]["base_ami"]["us-east-1"]
+    matrix = _matrix(base_ami={"us-east-1": ami, "ap-east-2": ami})
+    [finding] = rds_ca.rule_rds_ca_regions(matrix, compat(), CHECK_DAY)
+    assert (finding.rule, finding.severity, finding.field) == (
+        "slurm.rds-ca-regions",
+        Severity.WARNING,
+        "os.base_ami",
+    )
+    assert finding.message.startswith(
+        "ap-east-2: the RDS CA bundle has no root for this region, so a controller"
+    )
+    assert "Fix: refresh images/files/rds-ca/global-bundle.pem" in finding.message
+    # On a day past every root of us-east-1, that region is reported too (the day is injectable).
+    late = list(rds_ca.rule_rds_ca_regions(_matrix(), compat(), date(2122, 1, 1)))
+    assert [f.message.split(":")[0] for f in late] == ["us-east-1"]
+
+
+def test_a_matrix_without_slurm_needs_no_bundle() -> None:
+    data = load_matrix_data()
+    del data["slurm"], data["pmix"], data["mariadb"]
+    data["os"]["base_ami"]["ap-east-2"] = data["os"]["base_ami"]["us-east-1"]
+    assert list(rds_ca.rule_rds_ca_regions(Matrix.model_validate(data), compat(), CHECK_DAY)) == []
+
+
+def test_matrix_check_runs_the_rule() -> None:
+    assert rds_ca.rule_rds_ca_regions in RULES
