@@ -141,6 +141,16 @@ def render_addons(
         index["addons"][name] = _index_entry(addon, [_path(obj) for obj in built])
         objects += built
     _refuse_broken(cluster, objects)
+    for name, addon in table.addons.items():
+        if name in builders or name == "kueue":
+            continue
+        # An add-on gpuforge pins but cannot render yet: only an unsourced one may be in the table.
+        if not addon.unsourced:
+            raise InputError(
+                f"gpuforge/{DATA_FILE}: addons.{name} has sourced digests but gpuforge has no renderer for it. "
+                "Fix: add its builder to gpuforge/kubernetes/manifests.py, or remove the entry."
+            )
+        index["addons"][name] = _index_entry(addon, [])
     kueue_addon = table.addons["kueue"]
     values_path = "addons/kueue-values.yaml"
     index["addons"]["kueue"] = _index_entry(kueue_addon, [] if kueue_addon.unsourced else [values_path])

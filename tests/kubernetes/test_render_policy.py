@@ -104,3 +104,27 @@ def test_the_gpu_taint_value_is_read_from_the_pins(tmp_path: Path, monkeypatch: 
 def test_the_shipped_taint_carries_its_value() -> None:
     taint = addons.pins().gpu_taint
     assert (taint.key, taint.value, taint.effect) == ("nvidia.com/gpu", "true", "NoSchedule")
+
+
+def test_the_mpi_operator_is_pinned_but_not_rendered_without_a_sourced_digest() -> None:
+    files = manifests.render_addons("p5-eks", [group()], [], [])
+    entry = yaml.safe_load(files[manifests.INDEX])["addons"]["mpi-operator"]
+    assert entry["version"] == "v0.8.0" and entry["rendered"] is False
+    assert "docker.io/mpioperator/mpi-operator:0.8.0" in entry["why_not"] and "Fix:" in entry["why_not"]
+    assert not any("mpi-operator" in path for path in files if path != manifests.INDEX)
+
+
+def test_a_sourced_addon_without_a_renderer_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def sourced_mpi(document: dict[str, Any]) -> None:
+        image = document["addons"]["mpi-operator"]["images"][0]
+        image.pop("unsourced")
+        image["digest"] = "sha256:" + "1" * 64
+        image["digest_source"] = "test input"
+
+    _use_pins(tmp_path, monkeypatch, sourced_mpi)
+    with pytest.raises(
+        InputError, match=r"addons.mpi-operator has sourced digests but gpuforge has no renderer"
+    ):
+        manifests.render_addons("p5-eks", [group()], [], [])
