@@ -241,13 +241,68 @@ def efa_device_plugin(image: Image) -> dict[str, Any]:
     )
 
 
+# The integrations Kueue's manager runs: those of charts/kueue/values.yaml at v0.17.4 (kubernetes-sigs/kueue tag
+# v0.17.4, commit 21235e3c23bb1e885fa6cb4b63dc307f40c009c6, managerConfig.controllerManagerConfigYaml), written
+# out so that a later chart's default cannot drop one gpuforge relies on: `gpuforge validate` submits batch Jobs
+# (diag, NVLink) and kubeflow.org/v2beta1 MPIJobs (the NCCL pairs and the fabric run).
+KUEUE_FRAMEWORKS: tuple[str, ...] = (
+    "batch/job",
+    "kubeflow.org/mpijob",
+    "ray.io/rayjob",
+    "ray.io/rayservice",
+    "ray.io/raycluster",
+    "jobset.x-k8s.io/jobset",
+    "trainer.kubeflow.org/trainjob",
+    "kubeflow.org/paddlejob",
+    "kubeflow.org/pytorchjob",
+    "kubeflow.org/tfjob",
+    "kubeflow.org/xgboostjob",
+    "kubeflow.org/jaxjob",
+    "workload.codeflare.dev/appwrapper",
+    "pod",
+    "deployment",
+    "statefulset",
+    "leaderworkerset.x-k8s.io/leaderworkerset",
+)
+
+
+def kueue_manager_config() -> dict[str, Any]:
+    """Kueue's Configuration as the chart's default at v0.17.4 (its commented-out options left out), with the
+    integrations of KUEUE_FRAMEWORKS. The chart takes it as one YAML string and adds its own certificate
+    settings (templates/manager/manager-config.yaml), so it is written whole."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "controller": {
+            "groupKindConcurrency": {
+                "Job.batch": 5,
+                "Pod": 5,
+                "Workload.kueue.x-k8s.io": 5,
+                "LocalQueue.kueue.x-k8s.io": 1,
+                "ClusterQueue.kueue.x-k8s.io": 1,
+                "ResourceFlavor.kueue.x-k8s.io": 1,
+            }
+        },
+        "clientConnection": {"qps": 50, "burst": 100},
+        "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+    }
+
+
 def kueue_values(image: Image) -> dict[str, Any]:
-    """Helm values for Kueue's chart at the pinned version: the manager image by digest.
+    """Helm values for Kueue's chart at the pinned version: the manager image by digest, and its configuration
+    with the MPIJob and Job integrations explicit (`kueue_manager_config`).
 
     The chart writes `repository:tag`; a tag of `vX@sha256:...` makes that a reference the runtime
     resolves by digest (the tag is then ignored), the only way its template takes a digest.
     """
     return {
+        "managerConfig": {
+            "controllerManagerConfigYaml": yaml.safe_dump(kueue_manager_config(), sort_keys=False)
+        },
         "controllerManager": {
             "manager": {
                 "image": {

@@ -128,3 +128,18 @@ def test_a_sourced_addon_without_a_renderer_is_refused(
         InputError, match=r"addons.mpi-operator has sourced digests but gpuforge has no renderer"
     ):
         manifests.render_addons("p5-eks", [group()], [], [])
+
+
+def test_kueue_values_integrate_mpijobs_and_jobs_explicitly() -> None:
+    """validate submits batch Jobs (diag, NVLink) and kubeflow.org MPIJobs (NCCL pairs): Kueue must manage both,
+    whatever a later chart's default list says."""
+    image = addons.pins().addons["kueue"].images[0]
+    text = addons.kueue_values(image)["managerConfig"]["controllerManagerConfigYaml"]
+    config = yaml.safe_load(text)
+    assert (config["apiVersion"], config["kind"]) == ("config.kueue.x-k8s.io/v1beta2", "Configuration")
+    frameworks = config["integrations"]["frameworks"]
+    assert {"batch/job", "kubeflow.org/mpijob"} <= set(frameworks)
+    assert len(frameworks) == len(set(frameworks))
+    # The chart's own settings kept (charts/kueue/values.yaml at v0.17.4): leader election and the webhook port.
+    assert config["leaderElection"] == {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"}
+    assert config["webhook"] == {"port": 9443}
