@@ -32,7 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "policy": ("gpuforge.policycheck.cli", "check any Python Pulumi program offline"),
     "preflight": ("gpuforge.preflight.cli", "check an AWS account before `pulumi up`"),
     "node": ("gpuforge.node.cli", "health-check a GPU node (runs on the node)"),
-    "scheduler": ("gpuforge.scheduler.cli", "render the scheduler config of a stack (Slurm, or Kubernetes objects)"),
+    "scheduler": (
+        "gpuforge.scheduler.cli",
+        "render the scheduler config of a stack (Slurm, or Kubernetes objects)",
+    ),
     "monitoring": (
         "gpuforge.monitoring.cli",
         "render the Prometheus, Alertmanager and dcgm-exporter config of a stack",

@@ -708,7 +708,9 @@ def _rds_named(kind: str, key: str) -> Answer:
     return answer
 
 
-def _kms_key(mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex) -> tuple[str, dict[str, Any]]:
+def _kms_key(
+    mocks: GpuforgeMocks, name: str, inputs: dict[str, Any], hexes: _Hex
+) -> tuple[str, dict[str, Any]]:
     key_id = hexes.uuid("key")
     return key_id, {"keyId": key_id, "arn": mocks.arn("kms", f"key/{key_id}")}
 
