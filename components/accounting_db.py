@@ -47,7 +47,6 @@ Every setting and its source:
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -56,6 +55,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpuforge.components.input_errors import invalid
+from gpuforge.components.network import SecondZoneNeed, second_private_subnet
 
 TOKEN: Final = "gpuforge:scheduler:AccountingDatabase"
 ENGINE: Final = "aurora-mysql"
@@ -95,29 +95,8 @@ DATABASE_SUBNET_SOURCE: Final = (
 )
 
 
-def database_subnet_block(vpc_cidr: str) -> ipaddress.IPv4Network:
-    """The second private subnet of a new VPC: the last /24 of the block's top quarter.
-
-    ClusterNetwork takes the first half for the cluster's subnet and, with a NAT gateway, the first
-    /24 of the second half (the third quarter); the top quarter is free in every VPC NetworkSpec
-    accepts (/16 to /22, where the quarter is a /24 itself).
-    """
-    quarter = list(ipaddress.IPv4Network(vpc_cidr).subnets(prefixlen_diff=2))[-1]
-    return list(quarter.subnets(new_prefix=max(24, quarter.prefixlen)))[-1]
-
-
-def second_zone(zones: list[str], cluster_zone: str) -> str:
-    """The first available zone of the region other than the cluster's (a DB subnet group spans two)."""
-    others = [zone for zone in zones if zone != cluster_zone]
-    if not others:
-        raise invalid(
-            "availability_zone",
-            cluster_zone,
-            "Aurora needs private subnets in two Availability Zones, and the region has no other available zone",
-            "use accounting.database: local",
-            source=DATABASE_SUBNET_SOURCE,
-        )
-    return others[0]
+# Aurora's refusal when the region has a single available zone.
+SECOND_ZONE: Final = SecondZoneNeed("Aurora", "use accounting.database: local", DATABASE_SUBNET_SOURCE)
 
 
 @dataclass(frozen=True)
@@ -148,23 +127,19 @@ class AccountingDatabase(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: AccountingDatabaseArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        block = database_subnet_block(args.vpc_cidr)
         super().__init__(TOKEN, name, None, opts)
         self._name = name
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags)
 
-        zones = aws.get_availability_zones_output(
-            state="available", opts=pulumi.InvokeOutputOptions(parent=self)
-        ).names
-        subnet = aws.ec2.Subnet(
-            f"{name}-subnet",
+        subnet = second_private_subnet(
+            self,
+            name,
             vpc_id=args.vpc_id,
-            cidr_block=str(block),
-            availability_zone=zones.apply(lambda names: second_zone(list(names), args.availability_zone)),
-            map_public_ip_on_launch=False,
-            tags={**tags, "Name": f"{name}-subnet"},
-            opts=child,
+            vpc_cidr=args.vpc_cidr,
+            cluster_zone=args.availability_zone,
+            need=SECOND_ZONE,
+            tags=tags,
         )
         subnet_group = aws.rds.SubnetGroup(
             f"{name}-subnets",

@@ -29,6 +29,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpuforge.components.input_errors import invalid
+from gpuforge.components.network import SecondZoneNeed, second_private_subnet
 from gpuforge.components.specs import SchedulerSpec
 from gpuforge.kubernetes import node_agent
 
@@ -48,17 +49,12 @@ ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 # KubernetesNetworkConfigRequest.serviceIpv4Cidr). Set here so the nodes' join configuration can name it.
 SERVICE_CIDR = "172.20.0.0/16"
 SUBNETS_DOC = "https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html"
+SECOND_ZONE = SecondZoneNeed("EKS", "use a region with two or more zones", SUBNETS_DOC)
 SYSTEM_NODES = 2
 # AWS managed policies of an EKS cluster role and of an EKS node role (EKS user guide, "Amazon EKS cluster
 # IAM role" and "Amazon EKS node IAM role").
 CLUSTER_POLICIES = ("AmazonEKSClusterPolicy",)
 NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly", "AmazonEKS_CNI_Policy")
-
-
-def control_plane_subnet_block(vpc_cidr: str) -> ipaddress.IPv4Network:
-    """The second private subnet: the last /24 of the VPC block's top quarter (free in every VPC gpuforge makes)."""
-    quarter = list(ipaddress.IPv4Network(vpc_cidr).subnets(prefixlen_diff=2))[-1]
-    return list(quarter.subnets(new_prefix=max(24, quarter.prefixlen)))[-1]
 
 
 def check(scheduler: SchedulerSpec, vpc_cidr: str | None) -> None:
@@ -157,17 +153,14 @@ class EksCluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags)
 
-        zones = aws.get_availability_zones_output(
-            state="available", opts=pulumi.InvokeOutputOptions(parent=self)
-        ).names
-        second = aws.ec2.Subnet(
-            f"{name}-subnet",
+        second = second_private_subnet(
+            self,
+            name,
             vpc_id=args.vpc_id,
-            cidr_block=str(control_plane_subnet_block(args.vpc_cidr)),
-            availability_zone=zones.apply(lambda names: _second_zone(list(names), args.availability_zone)),
-            map_public_ip_on_launch=False,
-            tags={**tags, "Name": f"{name}-subnet"},
-            opts=child,
+            vpc_cidr=args.vpc_cidr,
+            cluster_zone=args.availability_zone,
+            need=SECOND_ZONE,
+            tags=tags,
         )
         key = aws.kms.Key(
             f"{name}-secrets",
@@ -284,16 +277,3 @@ class EksCluster(pulumi.ComponentResource):
             kubernetes_groups=[node_agent.GROUP],
             opts=pulumi.ResourceOptions(parent=self),
         )
-
-
-def _second_zone(zones: list[str], cluster_zone: str) -> str:
-    others = [zone for zone in zones if zone != cluster_zone]
-    if not others:
-        raise invalid(
-            "availability_zone",
-            cluster_zone,
-            "EKS needs subnets in two Availability Zones, and the region has no other available zone",
-            "use a region with two or more zones",
-            source=SUBNETS_DOC,
-        )
-    return others[0]

@@ -32,6 +32,7 @@ import pulumi_aws as aws
 
 from gpuforge.components import cluster_rules
 from gpuforge.components.cluster_rules import private_subnet_block
+from gpuforge.components.input_errors import invalid
 from gpuforge.components.specs import NetworkSpec
 
 TOKEN = "gpuforge:network:ClusterNetwork"
@@ -42,6 +43,66 @@ TOKEN = "gpuforge:network:ClusterNetwork"
 INTERFACE_ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "autoscaling")
 ALL_TRAFFIC = "-1"
 HTTPS = 443
+
+
+def second_subnet_block(vpc_cidr: str) -> ipaddress.IPv4Network:
+    """The second private subnet of a new VPC: the last /24 of the block's top quarter.
+
+    ClusterNetwork takes the first half for the cluster's subnet and, with a NAT gateway, the first
+    /24 of the second half (the third quarter); the top quarter is free in every VPC NetworkSpec
+    accepts (/16 to /22, where the quarter is a /24 itself). The Aurora accounting database (Slurm
+    only) and the EKS control plane (Kubernetes only) both take it; no cluster has both.
+    """
+    quarter = list(ipaddress.IPv4Network(vpc_cidr).subnets(prefixlen_diff=2))[-1]
+    return list(quarter.subnets(new_prefix=max(24, quarter.prefixlen)))[-1]
+
+
+@dataclass(frozen=True)
+class SecondZoneNeed:
+    """Who needs a second zone, for the refusal: `who` needs two zones, `fix` is the way out, `source` says so."""
+
+    who: str
+    fix: str
+    source: str
+
+
+def second_zone(zones: list[str], cluster_zone: str, need: SecondZoneNeed) -> str:
+    """The first available zone of the region other than the cluster's."""
+    others = [zone for zone in zones if zone != cluster_zone]
+    if not others:
+        raise invalid(
+            "availability_zone",
+            cluster_zone,
+            f"{need.who} needs subnets in two Availability Zones, and the region has no other available zone",
+            need.fix,
+            source=need.source,
+        )
+    return others[0]
+
+
+def second_private_subnet(
+    owner: pulumi.Resource,
+    name: str,
+    *,
+    vpc_id: pulumi.Input[str],
+    vpc_cidr: str,
+    cluster_zone: str,
+    need: SecondZoneNeed,
+    tags: Mapping[str, str],
+) -> aws.ec2.Subnet:
+    """A private subnet (no public addresses) in `second_subnet_block`, in another zone than the cluster's."""
+    zones = aws.get_availability_zones_output(
+        state="available", opts=pulumi.InvokeOutputOptions(parent=owner)
+    ).names
+    return aws.ec2.Subnet(
+        f"{name}-subnet",
+        vpc_id=vpc_id,
+        cidr_block=str(second_subnet_block(vpc_cidr)),
+        availability_zone=zones.apply(lambda names: second_zone(list(names), cluster_zone, need)),
+        map_public_ip_on_launch=False,
+        tags={**tags, "Name": f"{name}-subnet"},
+        opts=pulumi.ResourceOptions(parent=owner),
+    )
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import pulumi
 import pytest
 from components_helpers import INGRESS, ROLE_POLICY, SECURITY_GROUP, one, run
 
-from gpuforge.components import accounting_db
+from gpuforge.components import accounting_db, network
 from gpuforge.components.accounting_db import AccountingDatabase, AccountingDatabaseArgs
 from gpuforge.errors import InputError
 from gpuforge.pulumi_mocks import GpuforgeMocks
@@ -122,14 +122,14 @@ def test_the_database_subnet_never_overlaps_the_cluster_s_or_the_nat_subnet(vpc_
 
     block = ipaddress.IPv4Network(vpc_cidr)
     nat = next(list(block.subnets(prefixlen_diff=1))[1].subnets(new_prefix=24))
-    database = accounting_db.database_subnet_block(vpc_cidr)
+    database = network.second_subnet_block(vpc_cidr)
     assert database.subnet_of(block)  # type: ignore[arg-type]
     assert not database.overlaps(private_subnet_block(vpc_cidr)) and not database.overlaps(nat)
 
 
 def test_a_region_with_one_zone_is_refused_with_the_fix() -> None:
     with pytest.raises(InputError) as caught:
-        accounting_db.second_zone(["us-east-1a"], "us-east-1a")
+        network.second_zone(["us-east-1a"], "us-east-1a", accounting_db.SECOND_ZONE)
     assert (
         "two Availability Zones" in caught.value.message
         and "accounting.database: local" in caught.value.message
