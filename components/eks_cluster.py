@@ -30,6 +30,7 @@ import pulumi_aws as aws
 
 from gpuforge.components.input_errors import invalid
 from gpuforge.components.network import SecondZoneNeed, second_private_subnet
+from gpuforge.components.node_iam import assumable_role
 from gpuforge.components.specs import SchedulerSpec
 from gpuforge.kubernetes import node_agent
 
@@ -99,31 +100,7 @@ def service_role(
 ) -> aws.iam.Role:
     """A role `service` (e.g. eks, ec2) may assume, with AWS managed `policies` attached."""
     child = pulumi.ResourceOptions(parent=owner)
-    invoke = pulumi.InvokeOutputOptions(parent=owner)
-    partition = aws.get_partition_output(opts=invoke)
-    assume = aws.iam.get_policy_document_output(
-        statements=partition.dns_suffix.apply(
-            lambda suffix: [
-                aws.iam.GetPolicyDocumentStatementArgs(
-                    effect="Allow",
-                    actions=["sts:AssumeRole"],
-                    principals=[
-                        aws.iam.GetPolicyDocumentStatementPrincipalArgs(
-                            type="Service", identifiers=[f"{service}.{suffix}"]
-                        )
-                    ],
-                )
-            ]
-        ),
-        opts=invoke,
-    )
-    role = aws.iam.Role(
-        f"{name}-role",
-        assume_role_policy=assume.json,
-        description=f"gpuforge {name}",
-        tags=dict(tags),
-        opts=child,
-    )
+    role, partition = assumable_role(owner, name, service, f"gpuforge {name}", tags)
     for policy in policies:
         aws.iam.RolePolicyAttachment(
             f"{name}-{policy}",

@@ -50,15 +50,14 @@ def _statement(
     )
 
 
-def node_role(
-    owner: pulumi.Resource,
-    name: str,
-    *,
-    bucket_arn: pulumi.Input[str] | None,
-    bucket_kms_key_arn: str | None,
-    tags: Mapping[str, str],
-) -> NodeRole:
-    """The role and instance profile of one node group, children of `owner`."""
+def assumable_role(
+    owner: pulumi.Resource, name: str, service: str, description: str, tags: Mapping[str, str]
+) -> tuple[aws.iam.Role, pulumi.Output[aws.GetPartitionResult]]:
+    """A role `service` (e.g. ec2, eks) may assume, child of `owner`, and the partition its ARNs are in.
+
+    The service principal's domain is the partition's (`ec2.amazonaws.com`, `ec2.amazonaws.com.cn`),
+    so one definition serves every partition; the caller attaches the policies.
+    """
     child = pulumi.ResourceOptions(parent=owner)
     invoke = pulumi.InvokeOutputOptions(parent=owner)
     partition = aws.get_partition_output(opts=invoke)
@@ -70,7 +69,7 @@ def node_role(
                     actions=["sts:AssumeRole"],
                     principals=[
                         aws.iam.GetPolicyDocumentStatementPrincipalArgs(
-                            type="Service", identifiers=[f"ec2.{suffix}"]
+                            type="Service", identifiers=[f"{service}.{suffix}"]
                         )
                     ],
                 )
@@ -81,10 +80,25 @@ def node_role(
     role = aws.iam.Role(
         f"{name}-role",
         assume_role_policy=assume.json,
-        description=f"gpuforge nodes of {name}",
+        description=description,
         tags=dict(tags),
         opts=child,
     )
+    return role, partition
+
+
+def node_role(
+    owner: pulumi.Resource,
+    name: str,
+    *,
+    bucket_arn: pulumi.Input[str] | None,
+    bucket_kms_key_arn: str | None,
+    tags: Mapping[str, str],
+) -> NodeRole:
+    """The role and instance profile of one node group, children of `owner`."""
+    child = pulumi.ResourceOptions(parent=owner)
+    invoke = pulumi.InvokeOutputOptions(parent=owner)
+    role, partition = assumable_role(owner, name, "ec2", f"gpuforge nodes of {name}", tags)
     aws.iam.RolePolicyAttachment(
         f"{name}-ssm-core",
         role=role.name,
