@@ -49,11 +49,12 @@ from gpuforge.components.efa_layout import interface_layout
 from gpuforge.components.eks_cluster import NODE_POLICIES, SERVICE_CIDR, EksCluster, service_role
 from gpuforge.components.eks_join import SECRET_FILES, JoinConfig, render_files
 from gpuforge.components.nodes import (
-    HTTP_TOKENS,
-    ROOT_VOLUME_TYPE,
     TAGGED_AT_LAUNCH,
     FileSystemMount,
     _capacity_settings,
+    interface,
+    metadata_options,
+    root_volume,
 )
 from gpuforge.components.specs import AmiPin, CapacitySpec
 from gpuforge.components.user_data import FsxMount, UserDataParams, render
@@ -178,35 +179,9 @@ class EksGpuNodeGroup(pulumi.ComponentResource):
             f"{name}-lt",
             image_id=args.ami.ami_id,
             instance_type=args.instance_type,
-            network_interfaces=[
-                aws.ec2.LaunchTemplateNetworkInterfaceArgs(
-                    network_card_index=slot.network_card_index,
-                    device_index=slot.device_index,
-                    interface_type=slot.interface_type,
-                    security_groups=groups,
-                    delete_on_termination="true",
-                    associate_public_ip_address=(
-                        "false" if slot.network_card_index == 0 and slot.device_index == 0 else None
-                    ),
-                )
-                for slot in interfaces
-            ],
-            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-                http_endpoint="enabled",
-                http_tokens=HTTP_TOKENS,
-                http_put_response_hop_limit=args.imds_hop_limit,
-            ),
-            block_device_mappings=[
-                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
-                    device_name=args.ami.root_device_name,
-                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                        volume_size=args.root_volume_gib,
-                        volume_type=ROOT_VOLUME_TYPE,
-                        encrypted="true",
-                        delete_on_termination="true",
-                    ),
-                )
-            ],
+            network_interfaces=[interface(slot, groups) for slot in interfaces],
+            metadata_options=metadata_options(args.imds_hop_limit),
+            block_device_mappings=[root_volume(args.ami, args.root_volume_gib)],
             # The cluster placement group gpuforge made or the ODCR's; None on a Capacity Block.
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=args.placement_group),
             instance_market_options=market,

@@ -26,7 +26,7 @@ or `node_count` fixed instances from the same template.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -164,23 +164,11 @@ class GpuNodeGroup(pulumi.ComponentResource):
             image_id=args.ami.ami_id,
             instance_type=args.instance_type,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
-            network_interfaces=[_interface(slot, args) for slot in self.interfaces],
-            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-                http_endpoint="enabled",
-                http_tokens=HTTP_TOKENS,
-                http_put_response_hop_limit=args.imds_hop_limit,
-            ),
-            block_device_mappings=[
-                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
-                    device_name=args.ami.root_device_name,
-                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                        volume_size=args.root_volume_gib,
-                        volume_type=ROOT_VOLUME_TYPE,
-                        encrypted="true",
-                        delete_on_termination="true",
-                    ),
-                )
+            network_interfaces=[
+                interface(slot, [args.security_group_id], args.subnet_id) for slot in self.interfaces
             ],
+            metadata_options=metadata_options(args.imds_hop_limit),
+            block_device_mappings=[root_volume(args.ami, args.root_volume_gib)],
             instance_market_options=market,
             capacity_reservation_specification=reservation,
             user_data=_user_data(self._name, instance, args),
@@ -285,17 +273,39 @@ def _check_args(args: GpuNodeGroupArgs) -> None:
     cluster_rules.check_tags(args.tags)
 
 
-def _interface(slot: InterfaceSlot, args: GpuNodeGroupArgs) -> aws.ec2.LaunchTemplateNetworkInterfaceArgs:
+def interface(
+    slot: InterfaceSlot,
+    security_groups: Sequence[pulumi.Input[str]],
+    subnet_id: pulumi.Input[str] | None = None,
+) -> aws.ec2.LaunchTemplateNetworkInterfaceArgs:
+    """One launch-template interface of `slot` (an EKS managed node group's template names no subnet)."""
     primary = slot.network_card_index == 0 and slot.device_index == 0
     return aws.ec2.LaunchTemplateNetworkInterfaceArgs(
         network_card_index=slot.network_card_index,
         device_index=slot.device_index,
         interface_type=slot.interface_type,
-        subnet_id=args.subnet_id,
-        security_groups=[args.security_group_id],
+        subnet_id=subnet_id,
+        security_groups=list(security_groups),
         delete_on_termination="true",
         # Only the primary interface could carry a public IP; EFA-only interfaces take no IP.
         associate_public_ip_address="false" if primary else None,
+    )
+
+
+def metadata_options(hop_limit: int) -> aws.ec2.LaunchTemplateMetadataOptionsArgs:
+    """IMDS on, session tokens required (HTTP_TOKENS), `hop_limit` hops for the tokens' responses."""
+    return aws.ec2.LaunchTemplateMetadataOptionsArgs(
+        http_endpoint="enabled", http_tokens=HTTP_TOKENS, http_put_response_hop_limit=hop_limit
+    )
+
+
+def root_volume(ami: AmiPin, size_gib: int) -> aws.ec2.LaunchTemplateBlockDeviceMappingArgs:
+    """The encrypted root volume on the AMI's root device, deleted with the instance."""
+    return aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+        device_name=ami.root_device_name,
+        ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+            volume_size=size_gib, volume_type=ROOT_VOLUME_TYPE, encrypted="true", delete_on_termination="true"
+        ),
     )
 
 
