@@ -98,17 +98,9 @@ fail() {
 }
 
 echo "==> kube test root: building kube-apiserver $pin (Go module k8s.io/kubernetes@v$pin) in $staging"
-go_env=(
-    env "GOMODCACHE=$PWD/.cache/go/mod" "GOCACHE=$PWD/.cache/go/build" "GOFLAGS=-modcacherw -buildvcs=false"
-    GOSUMDB=sum.golang.org GONOSUMDB= GOPRIVATE= GONOPROXY= GOINSECURE=
-    GOWORK=off GO111MODULE=on GOTOOLCHAIN=local CGO_ENABLED=0
-)
-download="$(cd "$build" && "${go_env[@]}" "$go" mod download -json "k8s.io/kubernetes@v$pin" 2>>"$log")" ||
-    fail "go mod download k8s.io/kubernetes@v$pin failed (is it in https://proxy.golang.org/k8s.io/kubernetes/@v/list ?)"
-source_dir="$("$python" -P -c 'import json, sys; print(json.load(sys.stdin)["Dir"])' <<<"$download")"
-module_sum="$("$python" -P -c 'import json, sys; print(json.load(sys.stdin)["Sum"])' <<<"$download")"
-cp -r "$source_dir" "$build/src"
-chmod -R u+w "$build/src"
+# shellcheck source=scripts/lib-go-module.sh
+. scripts/lib-go-module.sh
+go_module_copy "$go" "k8s.io/kubernetes@v$pin" "is it in https://proxy.golang.org/k8s.io/kubernetes/@v/list ?"
 # The zip's vendor/ holds only an OWNERS file; without modules.txt it would only confuse -mod.
 rm -rf "$build/src/vendor"
 bin_dir="$(cd "$staging/usr/bin" && pwd)"

@@ -141,21 +141,10 @@ fail() {
 }
 
 echo "==> monitoring test root: building Prometheus $prometheus_pin (Go module github.com/prometheus/prometheus@$module) in $staging"
-# Checksum verification is forced on whatever the environment says: GOSUMDB names the public
-# database, and no GONOSUMDB/GOPRIVATE/GONOPROXY/GOINSECURE pattern or GOFLAGS entry exempts anything.
-# -buildvcs=false: the copy sits inside gpuforge's git work tree, whose revision is not Prometheus's.
-go_env=(
-    env "GOMODCACHE=$PWD/.cache/go/mod" "GOCACHE=$PWD/.cache/go/build" "GOFLAGS=-modcacherw -buildvcs=false"
-    GOSUMDB=sum.golang.org GONOSUMDB= GOPRIVATE= GONOPROXY= GOINSECURE=
-    GOWORK=off GO111MODULE=on GOTOOLCHAIN=local CGO_ENABLED=0
-)
-download="$(cd "$build" && "${go_env[@]}" "$go" mod download -json "github.com/prometheus/prometheus@$module" 2>>"$log")" ||
-    fail "go mod download github.com/prometheus/prometheus@$module failed (Prometheus $prometheus_pin; is that library tag in https://proxy.golang.org/github.com/prometheus/prometheus/@v/list ?)"
-source_dir="$("$python" -P -c 'import json, sys; print(json.load(sys.stdin)["Dir"])' <<<"$download")"
-module_sum="$("$python" -P -c 'import json, sys; print(json.load(sys.stdin)["Sum"])' <<<"$download")"
-# The module cache is shared: build in a copy (the build writes nothing there, but a copy keeps it so).
-cp -r "$source_dir" "$build/src"
-chmod -R u+w "$build/src"
+# shellcheck source=scripts/lib-go-module.sh
+. scripts/lib-go-module.sh
+go_module_copy "$go" "github.com/prometheus/prometheus@$module" \
+    "Prometheus $prometheus_pin; is that library tag in https://proxy.golang.org/github.com/prometheus/prometheus/@v/list ?"
 version_flags=(
     "-X github.com/prometheus/common/version.Version=$prometheus_pin"
     "-X github.com/prometheus/common/version.Revision=$module_sum"
