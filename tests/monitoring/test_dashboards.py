@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -26,6 +25,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models.dashboard import Dashboard
 from monitoring_support import SHIPPED_STACKS, tool
+from monitoring_tools import prometheus
 
 from gpuforge.cli import main
 from gpuforge.monitoring.dashboards import DATASOURCE_VARIABLE, HEADER_KEY, SCHEMA_VERSION
@@ -135,12 +135,6 @@ def test_panels_use_the_rules_names(tmp_path: Path) -> None:
         assert health[rule["alert"]] == rule["expr"]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _series(name: str, labels: dict[str, str], values: list[float], start: int, every: int) -> list[str]:
     inner = ",".join(f'{key}="{value}"' for key, value in labels.items())
     return [f"{name}{{{inner}}} {value} {start + every * step}" for step, value in enumerate(values)]
@@ -175,40 +169,10 @@ def _backfill(start: int, minutes: int) -> str:
 
 @contextlib.contextmanager
 def _prometheus(out: Path, data: Path, log: Path) -> Iterator[int]:
-    port = _free_port()
     config = out / "dashboards-test.yml"
     config.write_text(yaml.safe_dump({"rule_files": [str(out / "rules" / "*.yml")]}), encoding="utf-8")
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [
-                str(tool("prometheus")),
-                f"--config.file={config}",
-                f"--storage.tsdb.path={data}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + READY_S
-        while True:
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2) as answer,
-            ):
-                if answer.status == 200:
-                    break
-            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, f"Prometheus not ready in {READY_S} s"
-            time.sleep(0.2)
+    with prometheus(config, data, log, ready_s=READY_S) as port:
         yield port
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 def _query(port: int, expr: str, at: int) -> dict[str, Any]:

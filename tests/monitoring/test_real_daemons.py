@@ -17,12 +17,9 @@ import contextlib
 import json
 import os
 import shutil
-import socket
-import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,6 +27,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from monitoring_support import SHIPPED_STACKS, tool
+from monitoring_tools import free_port, running
 
 from gpuforge.cli import main
 from gpuforge.monitoring.alertmanager import DRAIN_URL
@@ -39,12 +37,6 @@ pytestmark = pytest.mark.slow
 READY_S = 30
 # The rendered route waits group_wait (30 s) before its first notification of a group.
 DELIVERY_S = 60
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _get(url: str) -> Any:
@@ -63,21 +55,6 @@ def _wait(what: str, check: Any, limit: float, log: Path) -> Any:
     pytest.fail(f"{what} within {limit} s; log:\n{log.read_text(encoding='utf-8', errors='replace')[-3000:]}")
 
 
-@contextlib.contextmanager
-def _daemon(command: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
-    try:
-        yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-
-
 @pytest.fixture
 def rendered(tmp_path: Path) -> Path:
     out = tmp_path / "out"
@@ -88,7 +65,7 @@ def rendered(tmp_path: Path) -> Path:
 def test_prometheus_starts_with_the_rendered_config_and_flags_and_loads_every_rule(
     rendered: Path, tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     flags = [
         line
         for line in (rendered / "prometheus.flags").read_text(encoding="utf-8").splitlines()
@@ -102,7 +79,7 @@ def test_prometheus_starts_with_the_rendered_config_and_flags_and_loads_every_ru
         *flags,
     ]
     log = tmp_path / "prometheus.log"
-    with _daemon(command, log):
+    with running(command, log):
         base = f"http://127.0.0.1:{port}"
         groups = _wait(
             "Prometheus loaded its rules",
@@ -149,7 +126,7 @@ def test_alertmanager_sends_a_drain_alert_to_the_receiver_on_loopback(rendered: 
     shutil.copytree(templates, upper / "prometheus" / "alertmanager")
     work.mkdir()
     overlay = f"lowerdir=/usr/share,upperdir={upper},workdir={work}"
-    port = _free_port()
+    port = free_port()
     command = [
         "unshare",
         "--mount",
@@ -167,7 +144,7 @@ def test_alertmanager_sends_a_drain_alert_to_the_receiver_on_loopback(rendered: 
     ]
     log = tmp_path / "alertmanager.log"
     try:
-        with _daemon(command, log):
+        with running(command, log):
             base = f"http://127.0.0.1:{port}"
             _wait(
                 "Alertmanager ready",

@@ -8,16 +8,13 @@ it starts, so a test queries minutes of series at once. Each test's Prometheus i
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from monitoring_tools import tool
+from monitoring_tools import prometheus, tool
 from stack_files import slurm_stack, write_stack
 
 READY_S = 60
@@ -30,12 +27,6 @@ def make_stack(tmp_path: Path) -> StackMaker:
         return write_stack(tmp_path / "stack", stack, slurm_stack(**changes))
 
     return make
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -55,38 +46,7 @@ def prometheus_with_history(openmetrics: str, folder: Path) -> Iterator[str]:
     assert made.returncode == 0, made.stdout + made.stderr
     config = folder / "prometheus.yml"
     config.write_text("global: {}\n", encoding="utf-8")
-    port = _free_port()
-    log = folder / "prometheus.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [
-                str(tool("prometheus")),
-                f"--config.file={config}",
-                f"--storage.tsdb.path={data}",
-                # History of a fixed date (the real accounting fixtures') stays queryable however old it gets.
-                "--storage.tsdb.retention.time=36500d",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + READY_S
-        while True:
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2) as answer,
-            ):
-                if answer.status == 200:
-                    break
-            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, f"Prometheus not ready in {READY_S} s"
-            time.sleep(0.2)
+    # History of a fixed date (the real accounting fixtures') stays queryable however old it gets.
+    retention = ["--storage.tsdb.retention.time=36500d"]
+    with prometheus(config, data, folder / "prometheus.log", extra_flags=retention, ready_s=READY_S) as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
