@@ -8,19 +8,23 @@ with the rendered alertmanager.yml, gpuforge's drain receiver (in this process, 
 calls run in the controller's namespace) and the node agent's SlurmAgent.
 
 Adapted, and why: EC2 service discovery cannot run here, so prometheus.yml's dcgm-exporter job
-gets a static target (the stand-in below) with the `node` label that EC2 relabelling would set;
+gets a static target (the stand-in below) that carries `__meta_ec2_instance_id`, the label EC2
+service discovery gives a target, and keeps the rendered relabel_configs, so the `node` label the
+alert rules group by comes from the rendered relabelling (instance id -> `node`), as on a cluster;
 scrape and rule intervals are 1 s and Alertmanager's group_wait 1 s, so the test takes seconds,
-not minutes; the rules are rendered for this machine's two GPUs; the webhook URL names the test
+not minutes; the rules are rendered for the captured node's GPUs (eight); the webhook URL names the test
 receiver's port.
 
-The stand-in dcgm-exporter is this test's HTTP server on 127.0.0.1. Its text follows
-dcgm-exporter's exposition (NVIDIA/dcgm-exporter internal/pkg/rendermetrics/render_metrics.go,
-gpuMetricsFormat, commit d5e5f510a1b6b393f39a43293ccd9dc985defc79: `# HELP`/`# TYPE` per field,
-then labels gpu, UUID, pci_bus_id, device, modelName, hostname and the extra labels such as
-hpc_job) for the fields gpuforge renders (gpuforge.monitoring.fields), served as
-`text/plain; version=0.0.4`. Its VALUES ARE SYNTHETIC: no public capture of dcgm-exporter output
-with an Xid and an `hpc_job` label was found. `hpc_job` is read, as dcgm-exporter reads it, from
-the job mapping file named by the GPU's index that gpuforge's prolog wrote.
+The stand-in dcgm-exporter is this test's HTTP server on 127.0.0.1, served as
+`text/plain; version=0.0.4`. It serves CAPTURED dcgm-exporter output,
+tests/fixtures/monitoring/dcgm-exporter-h100-driver-580.105.08.txt (eight H100 80GB HBM3 GPUs on
+EKS; source and what the capture holds in that folder's README.md): every captured line as
+published, its labels and values untouched, with two additions per GPU (label `gpu`):
+- `hpc_job`, read as dcgm-exporter reads it, from the job mapping file named by the GPU's index
+  that gpuforge's prolog wrote, appended to each of that GPU's lines (replacing any `hpc_job`);
+- one DCGM_FI_DEV_XID_ERRORS line, which the capture LACKS (its collector kept only six
+  DCGM_FI_DEV_* names): the GPU's own captured label set, value 0 or the Xid the test injects.
+The capture's GPU count (eight) is what is served; the job holds two of them.
 
 Every daemon is started by this test and stopped by its own pid; every wait is bounded.
 """
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -47,7 +52,6 @@ from test_real_daemons import _daemon, _free_port, _get, _wait
 
 from gpuforge.cli import main
 from gpuforge.hardware import InstanceType
-from gpuforge.monitoring.fields import load_fields
 from gpuforge.monitoring.prometheus import DCGM_JOB, NODE_JOB
 from gpuforge.monitoring.receiver import PATH, DrainReceiver, make_server
 from gpuforge.monitoring.rules import ALERTS_FILE, USAGE_FILE, alert_rules, recording_rules
@@ -72,14 +76,29 @@ JOB_SECONDS = 45
 REASON = f"gpuforge: alert GpuforgeXidNodeBad xid {XID} on GPU {XID_GPU}"
 
 
-class StandInExporter:
-    """dcgm-exporter's /metrics for one node: the rendered fields, synthetic values, hpc_job from the mapping files."""
+CAPTURE = REPO / "tests/fixtures/monitoring/dcgm-exporter-h100-driver-580.105.08.txt"
+_GPU_LABEL = re.compile(r'[{,]gpu="(\d+)"')
+_HPC_JOB_LABEL = re.compile(r',?hpc_job="[^"]*"')
+XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 
-    def __init__(self, instance: InstanceType, mapping: Path, hostname: str) -> None:
-        self.fields = load_fields().for_type(instance)
-        self.gpus = instance.gpu_count
+
+def _gpu(line: str) -> int:
+    """The `gpu` label of a captured sample line: the index the mapping files are named by."""
+    found = _GPU_LABEL.search(line)
+    assert found is not None, f"{CAPTURE.name}: a sample line without a gpu label: {line}"
+    return int(found.group(1))
+
+
+class StandInExporter:
+    """dcgm-exporter's /metrics for one node: the captured lines, hpc_job from the mapping files, the Xid field."""
+
+    def __init__(self, capture: Path, mapping: Path) -> None:
+        self.lines = [line for line in capture.read_text(encoding="utf-8").splitlines() if line.strip()]
+        assert not any(line.startswith(f"{XID_FIELD}{{") for line in self.lines), (
+            "the capture now has Xid lines"
+        )
+        self.gpus = sorted({_gpu(line) for line in self.lines if not line.startswith("#")})
         self.mapping = mapping
-        self.hostname = hostname
         self.xid: dict[int, int] = {}
 
     def _job(self, gpu: int) -> str | None:
@@ -89,23 +108,26 @@ class StandInExporter:
             return None
         return lines[0] if lines else None
 
+    def _with_job(self, sample: str) -> str:
+        """The captured line with `hpc_job` set from the mapping file of its GPU (none: no label)."""
+        series, value = sample.rsplit(" ", 1)
+        labels = _HPC_JOB_LABEL.sub("", series.removesuffix("}"))
+        job = self._job(_gpu(sample))
+        return f'{labels},hpc_job="{job}"}} {value}' if job is not None else f"{labels}}} {value}"
+
+    def _xid_lines(self) -> list[str]:
+        """One Xid line per GPU, with the labels of that GPU's first captured line; HELP and TYPE as
+        gpuforge/data/monitoring_fields.yaml gives them for field 230."""
+        out = [f"# HELP {XID_FIELD} Value of the last XID error encountered.", f"# TYPE {XID_FIELD} gauge"]
+        for gpu in self.gpus:
+            first = next(line for line in self.lines if not line.startswith("#") and _gpu(line) == gpu)
+            labels = first[first.index("{") : first.rindex("} ") + 1]
+            out.append(self._with_job(f"{XID_FIELD}{labels} {self.xid.get(gpu, 0)}"))
+        return out
+
     def text(self) -> str:
-        out: list[str] = []
-        for field in self.fields:
-            out += [f"# HELP {field.name} {field.help}", f"# TYPE {field.name} {field.prom_type}"]
-            for gpu in range(self.gpus):
-                labels = (
-                    f'gpu="{gpu}",UUID="GPU-00000000-0000-0000-0000-00000000000{gpu}",'
-                    f'pci_bus_id="00000000:{0x10 + gpu:02X}:00.0",device="nvidia{gpu}",'
-                    f'modelName="NVIDIA H100 80GB HBM3",hostname="{self.hostname}"'
-                )
-                job = self._job(gpu)
-                if job is not None:
-                    labels += f',hpc_job="{job}"'
-                value = self.xid.get(gpu, 0) if field.name == "DCGM_FI_DEV_XID_ERRORS" else 0
-                value = 40 if field.name == "DCGM_FI_DEV_GPU_TEMP" else value
-                out.append(f"{field.name}{{{labels}}} {value}")
-        return "\n".join(out) + "\n"
+        served = [line if line.startswith("#") else self._with_job(line) for line in self.lines]
+        return "\n".join(served + self._xid_lines()) + "\n"
 
 
 def _exporter_server(exporter: StandInExporter) -> HTTPServer:
@@ -155,10 +177,13 @@ def _configs(
     prometheus["scrape_configs"] = [
         {
             "job_name": DCGM_JOB,
-            "static_configs": [{"targets": [f"127.0.0.1:{exporter}"], "labels": {"node": node}}],
+            "static_configs": [
+                {"targets": [f"127.0.0.1:{exporter}"], "labels": {"__meta_ec2_instance_id": node}}
+            ],
+            "relabel_configs": dcgm["relabel_configs"],
         }
     ]
-    assert "ec2_sd_configs" in dcgm  # what was replaced
+    assert "ec2_sd_configs" in dcgm  # what was replaced; its relabelling is kept and gives `node`
     (out / "prometheus.yml").write_text(yaml.safe_dump(prometheus), encoding="utf-8")
     manager = yaml.safe_load((rendered / "alertmanager.yml").read_text(encoding="utf-8"))
     manager["route"]["group_wait"] = "1s"
@@ -223,16 +248,18 @@ def test_an_xid_under_a_running_job_drains_its_node_and_the_idle_node_is_reporte
     assert (
         main(["monitoring", "render", str(SHIPPED_STACKS), "--stack", "p5-prod", "--out", str(rendered)]) == 0
     )
+    mapping = test_cluster.root / JOB_MAP_DIR.lstrip("/") / node
+    exporter = StandInExporter(CAPTURE, mapping)
+    assert len(exporter.gpus) >= instance.gpu_count  # the job's GPUs are among the captured ones
     work = tmp_path / "work"
     (work / "rules").mkdir(parents=True)
-    (work / "rules" / ALERTS_FILE).write_text(
-        alert_rules(cluster="e2e", gpu_count=instance.gpu_count, dcgm_job=DCGM_JOB, node_job=NODE_JOB),
+    (
+        work / "rules" / ALERTS_FILE
+    ).write_text(  # for the captured node's GPUs, as a p5's rules are for its eight
+        alert_rules(cluster="e2e", gpu_count=len(exporter.gpus), dcgm_job=DCGM_JOB, node_job=NODE_JOB),
         encoding="utf-8",
     )
     (work / "rules" / USAGE_FILE).write_text(recording_rules(cluster="e2e"), encoding="utf-8")
-
-    mapping = test_cluster.root / JOB_MAP_DIR.lstrip("/") / node
-    exporter = StandInExporter(instance, mapping, hostname=node)
     exporter_server = _exporter_server(exporter)
     log: list[str] = []
     prefix = ("nsenter", f"--net=/var/run/netns/{test_cluster.tag}-ctl", "chroot", str(test_cluster.root))
@@ -287,6 +314,9 @@ def test_an_xid_under_a_running_job_drains_its_node_and_the_idle_node_is_reporte
                 prometheus_log,
             )
             assert held
+            # Every captured GPU reaches Prometheus with the `node` that the rendered relabelling gives.
+            temps = _query(base, f'DCGM_FI_DEV_GPU_TEMP{{node="{node}"}}')
+            assert sorted(int(item["metric"]["gpu"]) for item in temps) == exporter.gpus
             exporter.xid[XID_GPU] = XID
             _wait(
                 "the node drained by the alert",
