@@ -12,18 +12,16 @@ Times are the controller's local time as sacctmgr prints them, so the file must 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuforge.display import cut
-from gpuforge.errors import GpuforgeError, InputError
+from gpuforge.errors import InputError
 from gpuforge.loading import MAX_DATA_BYTES, read_text
-from gpuforge.usage.sacct import Job
+from gpuforge.usage.sacct import Job, run_accounting_tool
 from gpuforge.usage.window import Window
 
 # sacctmgr's format names (Start, End) and the header it prints for them (TimeStart, TimeEnd).
@@ -107,23 +105,13 @@ def run_sacctmgr(window: Window) -> list[NodeEvent]:
         f"Start={window.since.strftime(stamp)}", f"End={window.until.strftime(stamp)}",
         f"format={FORMAT}",
     ]  # fmt: skip
-    try:
-        done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=SACCTMGR_TIMEOUT_S,
-            check=False,
-            env={**os.environ, "TZ": "UTC"},
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise GpuforgeError(f"{' '.join(command)} did not run ({error}). Fix: check slurmdbd.") from None
-    if done.returncode != 0:
-        raise GpuforgeError(
-            f"{' '.join(command)} failed (exit {done.returncode}): {cut(done.stderr.strip(), 400)}. "
-            "Fix: check that slurmdbd is up (`sacctmgr show cluster`)."
-        )
-    return parse_events(done.stdout, source="sacctmgr show event")
+    stdout = run_accounting_tool(
+        command,
+        SACCTMGR_TIMEOUT_S,
+        not_run_fix="check slurmdbd",
+        failed_fix="check that slurmdbd is up (`sacctmgr show cluster`)",
+    )
+    return parse_events(stdout, source="sacctmgr show event")
 
 
 def node_seconds_lost(events: list[NodeEvent], window: Window) -> int:

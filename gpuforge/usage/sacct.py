@@ -160,6 +160,27 @@ def _slurm_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
+def run_accounting_tool(command: list[str], timeout_s: float, *, not_run_fix: str, failed_fix: str) -> str:
+    """Run a Slurm accounting client (sacct, sacctmgr) in UTC and return its stdout; a start failure,
+    a timeout or a non-zero exit is a GpuforgeError naming the command and the fix."""
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            env={**os.environ, "TZ": "UTC"},
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise GpuforgeError(f"{' '.join(command)} did not run ({error}). Fix: {not_run_fix}.") from None
+    if done.returncode != 0:
+        raise GpuforgeError(
+            f"{' '.join(command)} failed (exit {done.returncode}): {cut(done.stderr.strip(), 400)}. Fix: {failed_fix}."
+        )
+    return done.stdout
+
+
 def run_sacct(window: Window) -> list[Job]:
     """On the controller: ask sacct for every run of every job that ran in the window (TZ=UTC, so its
     window means the report's)."""
@@ -173,22 +194,10 @@ def run_sacct(window: Window) -> list[Job]:
         sacct, "--json", "--allusers", "--duplicates",
         "--starttime", _slurm_time(window.since), "--endtime", _slurm_time(window.until),
     ]  # fmt: skip
-    try:
-        done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=SACCT_TIMEOUT_S,
-            check=False,
-            env={**os.environ, "TZ": "UTC"},
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise GpuforgeError(
-            f"{' '.join(command)} did not run ({error}). Fix: check slurmdbd (`systemctl status slurmdbd`)."
-        ) from None
-    if done.returncode != 0:
-        raise GpuforgeError(
-            f"{' '.join(command)} failed (exit {done.returncode}): {cut(done.stderr.strip(), 400)}. "
-            "Fix: check that slurmdbd is up (`sacctmgr show cluster`) and that you may read all jobs."
-        )
-    return parse_sacct(done.stdout, source="sacct --json")
+    stdout = run_accounting_tool(
+        command,
+        SACCT_TIMEOUT_S,
+        not_run_fix="check slurmdbd (`systemctl status slurmdbd`)",
+        failed_fix="check that slurmdbd is up (`sacctmgr show cluster`) and that you may read all jobs",
+    )
+    return parse_sacct(stdout, source="sacct --json")
