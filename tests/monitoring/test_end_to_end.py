@@ -48,7 +48,8 @@ from typing import Any, cast
 import pytest
 import yaml
 from monitoring_support import SHIPPED_STACKS, tool
-from test_real_daemons import _daemon, _free_port, _get, _wait
+from monitoring_tools import free_port, running
+from test_real_daemons import _get, _wait
 
 from gpuforge.cli import main
 from gpuforge.hardware import InstanceType
@@ -270,7 +271,7 @@ def test_an_xid_under_a_running_job_drains_its_node_and_the_idle_node_is_reporte
     ]
     for thread in threads:
         thread.start()
-    prometheus_port, alertmanager_port = _free_port(), _free_port()
+    prometheus_port, alertmanager_port = free_port(), free_port()
     _configs(
         rendered,
         work,
@@ -282,7 +283,7 @@ def test_an_xid_under_a_running_job_drains_its_node_and_the_idle_node_is_reporte
     prometheus_log, alertmanager_log = tmp_path / "prometheus.log", tmp_path / "alertmanager.log"
     try:
         with (
-            _daemon(
+            running(
                 [
                     str(prometheus_bin),
                     f"--config.file={work / 'prometheus.yml'}",
@@ -291,7 +292,7 @@ def test_an_xid_under_a_running_job_drains_its_node_and_the_idle_node_is_reporte
                 ],
                 prometheus_log,
             ),
-            _daemon(
+            running(
                 _alertmanager_command(
                     work / "alertmanager.yml", tmp_path / "am", alertmanager_port, tmp_path / "overlay"
                 ),
