@@ -137,10 +137,14 @@ apt-get "${apt_options[@]}" update >>"$log" 2>&1 || fail "apt-get update (forky)
 dpkg -x "$apt_dir"/debs/etcd-server_*.deb "$apt_dir/unpacked"
 cp "$apt_dir/unpacked/usr/bin/etcd" "$staging/usr/bin/etcd"
 
-apiserver_reported="$("$staging/usr/bin/kube-apiserver" --version 2>&1 | head -n 1)"
+# Whole output, then its first line: `| head -n 1` under pipefail fails the script when the binary
+# is still writing as head exits (SIGPIPE, exit 141; seen with etcd on a fresh machine).
+apiserver_reported="$("$staging/usr/bin/kube-apiserver" --version 2>&1)" || true
+apiserver_reported="${apiserver_reported%%$'\n'*}"
 [ "$apiserver_reported" = "Kubernetes v$pin" ] ||
     fail "kube-apiserver reports '$apiserver_reported', not 'Kubernetes v$pin' (the pin in $matrices)"
-etcd_reported="$("$staging/usr/bin/etcd" --version 2>&1 | head -n 1)"
+etcd_reported="$("$staging/usr/bin/etcd" --version 2>&1)" || true
+etcd_reported="${etcd_reported%%$'\n'*}"
 case "$etcd_reported" in
 "etcd Version: 3.5."*) ;;
 *) fail "etcd reports '$etcd_reported', not 3.5.x (kube-apiserver $pin supports etcd 3.5)" ;;

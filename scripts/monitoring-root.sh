@@ -179,7 +179,9 @@ done
 # Each binary must report the pinned release (Prometheus, built here) or series (the Debian builds).
 check_version() { # BINARY EXPECTED-PREFIX
     local reported
-    reported="$("$staging/usr/bin/$1" --version 2>&1 | head -n 1)"
+    # Whole output, then its first line: `| head -n 1` under pipefail can fail on SIGPIPE (exit 141).
+    reported="$("$staging/usr/bin/$1" --version 2>&1)" || true
+    reported="${reported%%$'\n'*}"
     case "$reported" in
     "$2"*) echo "$reported" ;;
     *)
