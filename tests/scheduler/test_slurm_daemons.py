@@ -16,7 +16,6 @@ major number. Nothing else differs from a real cluster's files but paths and por
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -37,6 +36,7 @@ from slurm_cluster import (
     SlurmTestCluster,
     open_cluster,
     read_by_slurmctld,
+    this_machine,
     unavailable_reason,
 )
 
@@ -76,19 +76,7 @@ PYTHONPATH={AGENT_DIR} exec python3 -c 'import sys; from gpuforge.cli import mai
 
 def _this_machine(cluster: SlurmTestCluster) -> hardware.InstanceType:
     """p5.48xlarge's catalog row with this machine's CPUs and memory, and two GPUs on one NUMA node."""
-    line = cluster.chroot(["slurmd", "-C"]).stdout.splitlines()[0]
-    found = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", line)}
-    sockets = found["SocketsPerBoard"]
-    return dataclasses.replace(
-        hardware.get("p5.48xlarge"),
-        vcpus=found["CPUs"],
-        sockets=sockets,
-        cores=sockets * found["CoresPerSocket"],
-        threads_per_core=found["ThreadsPerCore"],
-        memory_mib=found["RealMemory"],
-        gpu_count=GPUS_PER_NODE,
-        numa_nodes=(hardware.NumaNode(index=0, gpus=tuple(range(GPUS_PER_NODE))),),
-    )
+    return this_machine(cluster, GPUS_PER_NODE)
 
 
 def start_small_cluster(
