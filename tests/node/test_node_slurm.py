@@ -493,8 +493,10 @@ def test_drained_by_gpuforge_is_reported_once_through_set_instance_health(
 ) -> None:
     autoscaling, instance_id = imds_for
     log = tmp_path / "slurm.log"
-    assert (
-        run_slurm(
+
+    def check_drained_node() -> int:
+        """One periodic check of a node gpuforge already drained for Xid 79, reporting to its group."""
+        return run_slurm(
             xid79(),
             tmp_path,
             monkeypatch,
@@ -504,8 +506,8 @@ def test_drained_by_gpuforge_is_reported_once_through_set_instance_health(
             NODE,
             "--report-asg",
         )
-        == 1
-    )
+
+    assert check_drained_node() == 1
     assert health(autoscaling, instance_id).upper() == "UNHEALTHY"
     assert logged(log) == [("show", "node", NODE, "--oneliner"), ("-h", "-w", NODE)]
     assert f"marked {instance_id} Unhealthy" in capsys.readouterr().err
@@ -513,19 +515,7 @@ def test_drained_by_gpuforge_is_reported_once_through_set_instance_health(
     boto3.client("autoscaling", region_name=REGION).set_instance_health(
         InstanceId=instance_id, HealthStatus="Healthy"
     )
-    assert (
-        run_slurm(
-            xid79(),
-            tmp_path,
-            monkeypatch,
-            log,
-            "show-node-drained-gpuforge.txt",
-            "--node-name",
-            NODE,
-            "--report-asg",
-        )
-        == 1
-    )
+    assert check_drained_node() == 1
     assert health(autoscaling, instance_id) == "Healthy"
     assert "already reported Unhealthy" in capsys.readouterr().err
     state = json.loads((tmp_path / "root/var/lib/gpuforge/slurm-drain.json").read_text())

@@ -85,6 +85,26 @@ def test_an_unreadable_sacct_file_is_exit_2(
     assert "missing.json" in err and "Fix:" in err
 
 
+def _one_day(
+    capsys: pytest.CaptureFixture[str], stack: Path, sacct: Path, *more: str
+) -> tuple[int, str, str]:
+    """`gpuforge usage` of the test stack over 2026-12-01, from a saved sacct answer."""
+    return _run(
+        capsys,
+        "usage",
+        stack,
+        "--stack",
+        "test",
+        "--sacct-json",
+        sacct,
+        "--since",
+        "2026-12-01",
+        "--until",
+        "2026-12-02",
+        *more,
+    )
+
+
 def test_a_window_with_no_jobs_is_a_report_of_zeros(
     capsys: pytest.CaptureFixture[str], make_stack: StackMaker, no_jobs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,20 +114,7 @@ def test_a_window_with_no_jobs_is_a_report_of_zeros(
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(key, raising=False)
     stack = make_stack()
-    code, out, _ = _run(
-        capsys,
-        "usage",
-        stack,
-        "--stack",
-        "test",
-        "--sacct-json",
-        no_jobs,
-        "--since",
-        "2026-12-01",
-        "--until",
-        "2026-12-02",
-        "--json",
-    )
+    code, out, _ = _one_day(capsys, stack, no_jobs, "--json")
     assert code == 0
     report = json.loads(out)
     assert report["window"] == {"since": "2026-12-01T00:00:00+00:00", "until": "2026-12-02T00:00:00+00:00"}
@@ -119,19 +126,7 @@ def test_a_window_with_no_jobs_is_a_report_of_zeros(
     assert report["failures"] is None  # no --events and not on the controller
     assert report["price"]["usd_per_gpu_hour"] == pytest.approx(55.04 / 8)
     assert "gpuforge/data/prices.yaml, price list of 2026-07-28" in report["price"]["source"]
-    code, out, _ = _run(
-        capsys,
-        "usage",
-        stack,
-        "--stack",
-        "test",
-        "--sacct-json",
-        no_jobs,
-        "--since",
-        "2026-12-01",
-        "--until",
-        "2026-12-02",
-    )
+    code, out, _ = _one_day(capsys, stack, no_jobs)
     assert code == 0
     assert "total                0        0.00  no metrics" in out
 
