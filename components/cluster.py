@@ -36,6 +36,7 @@ from gpuforge.components.efa_layout import interface_layout
 from gpuforge.components.eks_cluster import SYSTEM_NODES, EksCluster, EksClusterArgs
 from gpuforge.components.eks_cluster import check as check_eks
 from gpuforge.components.eks_nodes import EksGpuNodeGroup, EksGpuNodeGroupArgs, capacity_block_summary
+from gpuforge.components.input_errors import invalid
 from gpuforge.components.lustre import LustreStorage, LustreStorageArgs
 from gpuforge.components.monitoring_resources import MonitoringResources, MonitoringResourcesArgs
 from gpuforge.components.network import ClusterNetwork, ClusterNetworkArgs
@@ -97,7 +98,14 @@ class GpuCluster(pulumi.ComponentResource):
         slurm = spec.scheduler.type == "slurm"
         kubernetes = spec.scheduler.type == "kubernetes"
         if kubernetes:
-            check_eks(spec.scheduler, None if spec.network.existing else spec.network.vpc_cidr)
+            check_eks(spec.scheduler, spec.network)
+        elif spec.network.second_subnet_id is not None:
+            raise invalid(
+                "network.second_subnet_id",
+                spec.network.second_subnet_id,
+                f"only the EKS control plane uses a second subnet, and the scheduler type is {spec.scheduler.type!r}",
+                "remove it, or set scheduler type kubernetes",
+            )
         if slurm:
             slurm_controller.check(spec.name, spec.scheduler, slurm_version)
             slurm_controller.check_accounting(
@@ -213,7 +221,7 @@ class GpuCluster(pulumi.ComponentResource):
                     cluster_name=spec.name,
                     scheduler=spec.scheduler,
                     vpc_id=network.vpc_id,
-                    vpc_cidr=spec.network.vpc_cidr,
+                    network=spec.network,
                     subnet_id=network.subnet_id,
                     availability_zone=spec.availability_zone,
                     nodes_security_group_id=network.security_group_id,

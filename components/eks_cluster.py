@@ -12,8 +12,9 @@ What it makes, and why each setting:
 - every control-plane log type sent to CloudWatch Logs;
 - a second private subnet in another zone: EKS needs subnets in two Availability Zones for the
   control plane's interfaces (EKS user guide, "View Amazon EKS networking requirements for VPC and
-  subnets"), and ClusterNetwork makes one. It is carved from the VPC's top quarter, the block the
-  Aurora accounting database uses on Slurm clusters, which never have EKS;
+  subnets"), and ClusterNetwork makes one. In a VPC gpuforge makes it is carved from the VPC's top quarter,
+  the block the Aurora accounting database uses on Slurm clusters, which never have EKS; in an existing VPC
+  it is `network.second_subnet_id`, checked against EC2 (same VPC, another zone) before the control plane;
 - a small CPU managed node group (`systemNodeType`, EKS's own AMI) for the system add-ons.
 
 The GPU nodes are `components.eks_nodes.EksGpuNodeGroup`, built on gpuforge's launch template.
@@ -29,9 +30,9 @@ import pulumi
 import pulumi_aws as aws
 
 from gpuforge.components.input_errors import invalid
-from gpuforge.components.network import SecondZoneNeed, second_private_subnet
+from gpuforge.components.network import SecondZoneNeed, check_second_subnet, second_subnet
 from gpuforge.components.node_iam import assumable_role
-from gpuforge.components.specs import SchedulerSpec
+from gpuforge.components.specs import NetworkSpec, SchedulerSpec
 from gpuforge.kubernetes import node_agent
 
 TOKEN = "gpuforge:cluster:EksCluster"
@@ -58,21 +59,16 @@ CLUSTER_POLICIES = ("AmazonEKSClusterPolicy",)
 NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly", "AmazonEKS_CNI_Policy")
 
 
-def check(scheduler: SchedulerSpec, vpc_cidr: str | None) -> None:
-    """What refuses an EKS cluster before anything exists: no VPC of gpuforge's, or a Service block inside it."""
-    if vpc_cidr is None:
-        raise invalid(
-            "network.vpc_id",
-            "existing VPC",
-            "EKS needs subnets in two Availability Zones and gpuforge makes the second one only in a VPC it makes "
-            "(an existing VPC's second subnet is not a config field yet)",
-            "let gpuforge make the VPC (no network.vpc_id), or use scheduler type slurm",
-            source=SUBNETS_DOC,
-        )
-    if ipaddress.IPv4Network(vpc_cidr).overlaps(ipaddress.IPv4Network(SERVICE_CIDR)):
+def check(scheduler: SchedulerSpec, network: NetworkSpec) -> None:
+    """What refuses an EKS cluster before anything exists: an existing VPC without its second subnet, or a
+    Service block inside the VPC gpuforge makes (an existing VPC's block is known only to EC2)."""
+    check_second_subnet(network, SECOND_ZONE)
+    if not network.existing and ipaddress.IPv4Network(network.vpc_cidr).overlaps(
+        ipaddress.IPv4Network(SERVICE_CIDR)
+    ):
         raise invalid(
             "network.vpc_cidr",
-            vpc_cidr,
+            network.vpc_cidr,
             f"the VPC overlaps the Kubernetes Service block {SERVICE_CIDR}, which EKS refuses",
             "use a VPC block outside 172.20.0.0/16, such as 10.0.0.0/16",
             source="https://docs.aws.amazon.com/eks/latest/APIReference/API_KubernetesNetworkConfigRequest.html",
@@ -88,7 +84,7 @@ class EksClusterArgs:
     cluster_name: str
     scheduler: SchedulerSpec
     vpc_id: pulumi.Input[str]
-    vpc_cidr: str
+    network: NetworkSpec
     subnet_id: pulumi.Input[str]
     availability_zone: str
     nodes_security_group_id: pulumi.Input[str]
@@ -122,7 +118,7 @@ class EksCluster(pulumi.ComponentResource):
     subnet_ids: list[pulumi.Output[str]]
 
     def __init__(self, name: str, args: EksClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        check(args.scheduler, args.vpc_cidr)
+        check(args.scheduler, args.network)
         scheduler = args.scheduler
         assert scheduler.kubernetes_version and scheduler.system_node_type and scheduler.admin_role_arn
         super().__init__(TOKEN, name, None, opts)
@@ -130,11 +126,12 @@ class EksCluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags)
 
-        second = second_private_subnet(
+        second = second_subnet(
             self,
             name,
+            network=args.network,
             vpc_id=args.vpc_id,
-            vpc_cidr=args.vpc_cidr,
+            subnet_id=args.subnet_id,
             cluster_zone=args.availability_zone,
             need=SECOND_ZONE,
             tags=tags,
@@ -147,7 +144,7 @@ class EksCluster(pulumi.ComponentResource):
             opts=child,
         )
         role = service_role(self, f"{name}-control-plane", "eks", CLUSTER_POLICIES, tags)
-        self.subnet_ids = [pulumi.Output.from_input(args.subnet_id), second.id]
+        self.subnet_ids = [pulumi.Output.from_input(args.subnet_id), second]
         cluster = aws.eks.Cluster(
             name,
             name=args.cluster_name,

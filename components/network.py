@@ -19,6 +19,11 @@ Scaling (the node agent marks an unhealthy node with SetInstanceHealth) and S3.
 `subnet_cidr` is the private subnet's block (read from EC2 for an existing subnet),
 from which the Slurm controller takes its fixed address; `endpoint_security_group_id`
 is the interface endpoints' group, so another component can let its own instances in.
+
+The EKS control plane needs private subnets in two zones and gets the second one from `second_subnet`:
+made in a VPC gpuforge makes, `network.second_subnet_id` in an existing VPC, checked against EC2 before
+anything uses it (`check_second_subnet` refuses an existing VPC that names none). The Aurora accounting
+database still calls `second_private_subnet` and is refused in an existing VPC (components.slurm_controller).
 """
 
 from __future__ import annotations
@@ -102,6 +107,86 @@ def second_private_subnet(
         map_public_ip_on_launch=False,
         tags={**tags, "Name": f"{name}-subnet"},
         opts=pulumi.ResourceOptions(parent=owner),
+    )
+
+
+def check_second_subnet(network: NetworkSpec, need: SecondZoneNeed) -> None:
+    """Refuse, before anything exists, an existing VPC that names no second subnet for `need.who`."""
+    if network.existing and network.second_subnet_id is None:
+        raise invalid(
+            "network.second_subnet_id",
+            None,
+            f"{need.who} needs subnets in two Availability Zones, and in an existing VPC "
+            f"({network.vpc_id}) gpuforge makes no subnet",
+            f"give network.second_subnet_id, a private subnet of {network.vpc_id} in another zone than "
+            f"network.subnet_id {network.subnet_id}",
+            source=need.source,
+        )
+
+
+def checked_second_subnet(
+    subnet_id: str, second_subnet_id: str, vpc_id: str, *, first: tuple[str, str], second: tuple[str, str]
+) -> str:
+    """`second_subnet_id` once EC2's (VPC, zone) of both subnets show it in `vpc_id` and in another zone."""
+    second_vpc, second_zone_name = second
+    if second_vpc != vpc_id:
+        raise invalid(
+            "network.second_subnet_id",
+            second_subnet_id,
+            f"the subnet is in VPC {second_vpc}, not the cluster's VPC {vpc_id} (network.vpc_id)",
+            f"give a private subnet of {vpc_id} in another zone than network.subnet_id {subnet_id}",
+        )
+    if second_zone_name == first[1]:
+        raise invalid(
+            "network.second_subnet_id",
+            second_subnet_id,
+            f"the subnet is in the same Availability Zone ({first[1]}) as network.subnet_id {subnet_id}, and "
+            "the second subnet is there for a second zone",
+            f"give a private subnet of {vpc_id} in another zone than {first[1]}",
+        )
+    return second_subnet_id
+
+
+def second_subnet(
+    owner: pulumi.Resource,
+    name: str,
+    *,
+    network: NetworkSpec,
+    vpc_id: pulumi.Input[str],
+    subnet_id: pulumi.Input[str],
+    cluster_zone: str,
+    need: SecondZoneNeed,
+    tags: Mapping[str, str],
+) -> pulumi.Output[str]:
+    """The id of the private subnet in a second zone: made in a VPC gpuforge makes, the given one in an existing VPC.
+
+    A given subnet is looked up in EC2 with the cluster's subnet (`getSubnet`, during `pulumi preview` already) and
+    refused unless it is in the cluster's VPC and in another zone; what consumes the id waits for that check.
+    `check_second_subnet` must have passed.
+    """
+    if not network.existing:
+        return second_private_subnet(
+            owner,
+            name,
+            vpc_id=vpc_id,
+            vpc_cidr=network.vpc_cidr,
+            cluster_zone=cluster_zone,
+            need=need,
+            tags=tags,
+        ).id
+    assert (
+        network.vpc_id and network.subnet_id and network.second_subnet_id
+    )  # NetworkSpec, check_second_subnet
+    given_vpc, first_id, second_id = network.vpc_id, network.subnet_id, network.second_subnet_id
+    invoke = pulumi.InvokeOutputOptions(parent=owner)
+    first = aws.ec2.get_subnet_output(id=first_id, opts=invoke)
+    second = aws.ec2.get_subnet_output(id=second_id, opts=invoke)
+    return pulumi.Output.all(
+        first.vpc_id, first.availability_zone, second.vpc_id, second.availability_zone
+    ).apply(
+        lambda facts: checked_second_subnet(
+            first_id, second_id, given_vpc, first=(facts[0], facts[1]), second=(facts[2], facts[3])
+        )
     )
 
 

@@ -159,11 +159,16 @@ class NetworkSpec(_Spec):
     (a NAT gateway in a public subnet, new VPCs only) or `existing` (the VPC already
     provides a path; nothing is created). In an existing VPC that already has these
     interface endpoints with private DNS, a second set would conflict: use `existing`.
+
+    `second_subnet_id` is a private subnet of the existing VPC in another Availability Zone than
+    `subnet_id`, for what needs subnets in two zones (the EKS control plane); in a VPC gpuforge
+    makes, gpuforge makes that subnet itself (`components.network.second_subnet`).
     """
 
     vpc_cidr: str = "10.0.0.0/16"
     vpc_id: str | None = None
     subnet_id: str | None = None
+    second_subnet_id: str | None = None
     route_table_ids: tuple[str, ...] = ()
     api_access: ApiAccess = "endpoints"
 
@@ -183,6 +188,7 @@ class NetworkSpec(_Spec):
         for field, value, pattern in (
             ("network.vpc_id", self.vpc_id, _VPC_ID),
             ("network.subnet_id", self.subnet_id, _SUBNET_ID),
+            ("network.second_subnet_id", self.second_subnet_id, _SUBNET_ID),
         ):
             if value is not None and not pattern.fullmatch(value):
                 raise invalid(field, value, "not an EC2 resource id of that kind", "copy the id from EC2")
@@ -198,6 +204,13 @@ class NetworkSpec(_Spec):
         return self
 
     def _existing_rules(self) -> None:
+        if self.second_subnet_id is not None and self.second_subnet_id == self.subnet_id:
+            raise invalid(
+                "network.second_subnet_id",
+                self.second_subnet_id,
+                "the second subnet must be another subnet than network.subnet_id, in another Availability Zone",
+                "give a private subnet of the same VPC in another zone",
+            )
         if self.api_access == "nat":
             raise invalid(
                 "network.api_access",
@@ -214,6 +227,13 @@ class NetworkSpec(_Spec):
             )
 
     def _new_vpc_rules(self) -> None:
+        if self.second_subnet_id is not None:
+            raise invalid(
+                "network.second_subnet_id",
+                self.second_subnet_id,
+                "a second subnet is given only with an existing VPC (network.vpc_id and subnet_id)",
+                "remove it; gpuforge makes the second subnet in the VPC it makes",
+            )
         if self.route_table_ids:
             raise invalid(
                 "network.route_table_ids",

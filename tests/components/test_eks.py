@@ -252,20 +252,6 @@ def test_teams_and_qos_allowed_on_kubernetes() -> None:
     assert spec.teams[0].gpu_quota == 8
 
 
-def test_existing_vpc_refused_before_anything(mocks: GpuforgeMocks) -> None:
-    spec = cluster_spec(
-        scheduler=kubernetes(),
-        network={
-            "vpc_id": "vpc-0123456789abcdef0",
-            "subnet_id": "subnet-0123456789abcdef0",
-            "api_access": "existing",
-        },
-    )
-    with pytest.raises(InputError, match=r"network\.vpc_id .* two Availability Zones"):
-        GpuCluster("demo", spec, now=NOW)
-    assert mocks.resources == ()
-
-
 def test_nodes_may_report_themselves_to_the_group_eks_made(mocks: GpuforgeMocks) -> None:
     deploy()
     asg = gpu_group(mocks).outputs["resources"][0]["autoscalingGroups"][0]["name"]
