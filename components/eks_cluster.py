@@ -15,7 +15,10 @@ What it makes, and why each setting:
   subnets"), and ClusterNetwork makes one. In a VPC gpuforge makes it is carved from the VPC's top quarter,
   the block the Aurora accounting database uses on Slurm clusters, which never have EKS; in an existing VPC
   it is `network.second_subnet_id`, checked against EC2 (same VPC, another zone) before the control plane;
-- a small CPU managed node group (`systemNodeType`, EKS's own AMI) for the system add-ons.
+- a small CPU managed node group (`systemNodeType`, EKS's own AMI) for the system add-ons;
+- the cluster's own add-ons (VPC CNI, kube-proxy, CoreDNS) as EKS managed add-ons at the versions
+  `gpuforge/data/eks_addons.yaml` pins for the Kubernetes minor, and no self-managed copy of them
+  (bootstrapSelfManagedAddons false): `components.eks_addons` says why and in which order.
 
 The GPU nodes are `components.eks_nodes.EksGpuNodeGroup`, built on gpuforge's launch template.
 """
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from gpuforge.components import eks_addons
 from gpuforge.components.input_errors import invalid
 from gpuforge.components.network import SecondZoneNeed, check_second_subnet, second_subnet
 from gpuforge.components.node_iam import assumable_role
@@ -77,6 +81,8 @@ def check(scheduler: SchedulerSpec, network: NetworkSpec) -> None:
         raise invalid(
             "scheduler.type", scheduler.type, "EksCluster is the kubernetes scheduler", "set kubernetes"
         )
+    # The add-ons are pinned per Kubernetes minor: a minor without pins is refused before anything is made.
+    eks_addons.for_version(str(scheduler.kubernetes_version))
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,10 @@ class EksCluster(pulumi.ComponentResource):
                 resources=["secrets"],
             ),
             enabled_cluster_log_types=list(LOG_TYPES),
+            # VPC CNI, kube-proxy and CoreDNS come as pinned EKS add-ons below, not as EKS's unpinned
+            # self-managed copies (EKS API reference, CreateCluster, bootstrapSelfManagedAddons; the
+            # pulumi-aws v7 eks.Cluster argument bootstrap_self_managed_addons, which replaces the cluster).
+            bootstrap_self_managed_addons=False,
             kubernetes_network_config=aws.eks.ClusterKubernetesNetworkConfigArgs(
                 service_ipv4_cidr=SERVICE_CIDR
             ),
@@ -172,6 +182,11 @@ class EksCluster(pulumi.ComponentResource):
             opts=child,
         )
         self._cluster = cluster
+        # Before any node: every node group's access entry waits for these (grant_nodes).
+        self.addons = eks_addons.make(
+            self, name, cluster_name=cluster.name, kubernetes_version=scheduler.kubernetes_version, tags=tags
+        )
+        self._network_addons: list[pulumi.Resource] = list(self.addons.values())
         self.cluster_name = cluster.name
         self.endpoint = cluster.endpoint
         self.certificate_authority = cluster.certificate_authority.apply(lambda ca: str(ca.data))
@@ -214,6 +229,16 @@ class EksCluster(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[system_entry]),
         )
+        self.addons.update(
+            eks_addons.make_after_nodes(
+                self,
+                name,
+                cluster_name=cluster.name,
+                kubernetes_version=scheduler.kubernetes_version,
+                nodes=self.system_node_group,
+                tags=tags,
+            )
+        )
         self.register_outputs(
             {
                 "cluster_name": self.cluster_name,
@@ -227,14 +252,15 @@ class EksCluster(pulumi.ComponentResource):
         """An EC2_LINUX access entry for a node role (authentication mode API has no aws-auth map to list it in).
 
         Made before the node group (its dependency): EKS creates one itself for a managed group's role, but a
-        group whose launch template names a custom AMI needs it made by code (terraform-aws-eks#2994).
+        group whose launch template names a custom AMI needs it made by code (terraform-aws-eks#2994). It waits
+        for the VPC CNI and kube-proxy add-ons, so that no node group is made before a node could turn Ready.
         """
         return aws.eks.AccessEntry(
             f"{name}-access",
             cluster_name=self._cluster.name,
             principal_arn=role_arn,
             type="EC2_LINUX",
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=self._network_addons),
         )
 
     def grant_node_agent(self, name: str, role_arn: pulumi.Input[str]) -> aws.eks.AccessEntry:

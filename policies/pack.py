@@ -17,6 +17,7 @@ from gpuforge.policies.rules_ami import AMI_PINNED, DRIVER_BRANCH_EOL
 from gpuforge.policies.rules_bucket_policies import S3_NO_PUBLIC_PRINCIPAL, S3_TLS_ONLY
 from gpuforge.policies.rules_eks import (
     EKS_ACCESS_ENTRIES,
+    EKS_ADDON_PINNED,
     EKS_CONTROL_PLANE_LOGS,
     EKS_PRIVATE_ENDPOINT,
     EKS_SECRETS_ENCRYPTED,
@@ -73,6 +74,7 @@ POLICIES: Final[list[Policy]] = [
     EKS_SECRETS_ENCRYPTED,
     EKS_CONTROL_PLANE_LOGS,
     EKS_ACCESS_ENTRIES,
+    EKS_ADDON_PINNED,
     KUBERNETES_IMAGE_DIGEST,
     KUBERNETES_GPU_POD,
     KUBERNETES_GPU_SHM,

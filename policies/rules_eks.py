@@ -13,6 +13,9 @@ transformation or a hand-written cluster cannot drop it. All four are resource p
 - `eks-access-entries`: `accessConfig.authenticationMode` is API, so access is granted by access entries
   only (unset means CONFIG_MAP: https://docs.aws.amazon.com/eks/latest/userguide/grant-k8s-access.html);
   and no `aws-auth` ConfigMap in kube-system is made through the Kubernetes provider.
+- `eks-addon-pinned`, on `aws:eks/addon:Addon`: an `addonVersion` is set. Unset, EKS installs its default
+  version for the cluster's minor, which changes as EKS publishes builds (CreateAddon, addonVersion:
+  https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateAddon.html).
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ from typing import Final
 
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 
+from gpuforge.components import eks_addons
 from gpuforge.components.eks_cluster import AUTHENTICATION_MODE, LOG_TYPES
 from gpuforge.policies.props import UNKNOWN, at, flag, show, text, texts
 
 EKS_CLUSTER: Final = "aws:eks/cluster:Cluster"
+EKS_ADDON: Final = "aws:eks/addon:Addon"
 CONFIG_MAP: Final = "kubernetes:core/v1:ConfigMap"
 
 
@@ -109,6 +114,20 @@ def validate_access_entries(args: ResourceValidationArgs, report: ReportViolatio
         )
 
 
+def validate_addon_pinned(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != EKS_ADDON:
+        return
+    version = text(at(args.props, "addonVersion"))
+    if version is UNKNOWN or version:
+        return
+    report(
+        f"EKS add-on {args.name!r} ({show(at(args.props, 'addonName'))}) has addonVersion {show(version)}: EKS "
+        "installs its default version for the cluster's Kubernetes minor, which changes as EKS publishes builds. "
+        f"Fix: set addon_version to the version {eks_addons.SHIPPED} pins for the minor (EksCluster does).",
+        None,
+    )
+
+
 def _policy(
     name: str, description: str, validate: Callable[[ResourceValidationArgs, ReportViolation], None]
 ) -> ResourceValidationPolicy:
@@ -139,4 +158,9 @@ EKS_ACCESS_ENTRIES = _policy(
     "eks-access-entries",
     "An EKS cluster uses authentication mode API (access entries); no aws-auth ConfigMap is made.",
     validate_access_entries,
+)
+EKS_ADDON_PINNED = _policy(
+    "eks-addon-pinned",
+    "An EKS add-on names its version (addonVersion), never EKS's moving default.",
+    validate_addon_pinned,
 )

@@ -3,7 +3,8 @@
 Summarised from the very files `gpuforge scheduler render` writes (`kubernetes.manifests.stack_addons`),
 so the plan cannot show one thing and the render apply another: each add-on's pinned version and image
 (or that it renders nothing, and why), Kueue's Topology levels, the ResourceFlavors, per team its
-ClusterQueue's GPU quota and LocalQueue, and the priority classes.
+ClusterQueue's GPU quota and LocalQueue, and the priority classes. Beside them, the EKS managed add-ons
+EksCluster makes (VPC CNI, kube-proxy, CoreDNS) at the versions gpuforge/data/eks_addons.yaml pins.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from gpuforge.components import eks_addons
 from gpuforge.kubernetes.addons import pins
 from gpuforge.kubernetes.kueue import GPU_RESOURCE
 from gpuforge.kubernetes.manifests import INDEX, objects_of, stack_addons
@@ -60,6 +62,10 @@ def kubernetes_document(config: StackConfig) -> dict[str, Any] | None:
         )
     return {
         "addons": addons,
+        "eks_addons": {
+            name: {"version": pin.version, "source": pin.source}
+            for name, pin in eks_addons.for_version(str(config.scheduler.kubernetes_version)).items()
+        },
         "topology": {
             "name": topology["metadata"]["name"],
             "levels": [level["nodeLabel"] for level in topology["spec"]["levels"]],
@@ -114,8 +120,10 @@ def kubernetes_lines(document: dict[str, Any] | None) -> list[str]:
             + ", ".join(f"{item['name']} {item['value']}" for item in document["priority_classes"])
         )
     first, *rest = kueue
+    managed = ", ".join(f"{name} {addon['version']}" for name, addon in document["eks_addons"].items())
     return [
         f"  add-ons    {addons}",
+        f"             EKS add-ons (EKS manages their images): {managed}",
         f"  Kueue      {first}",
         *(f"             {line}" for line in rest),
     ]

@@ -15,6 +15,7 @@ The JSON shape is a contract (scripts and CI read it):
                    "files": {name: text}},                          # the rendered Slurm files
      "checkpoint": null | CheckpointAdvice.to_json(),               # gpuforge.checkpoint
      "kubernetes": null | {"addons": {name: {"version", "rendered", "image", "why_not"}},
+                           "eks_addons": {name: {"version", "source"}},
                            "topology": {"name", "levels"}, "flavors": [{"name", "node_labels", "tolerates"}],
                            "queues": [{"team", "cluster_queue", "local_queue", "gpu_quota"}],
                            "priority_classes": [{"name", "value"}],

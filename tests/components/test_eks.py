@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 def kubernetes(**overrides: Any) -> SchedulerSpec:
     values: dict[str, Any] = {
         "type": "kubernetes",
-        "kubernetes_version": "1.33",
+        "kubernetes_version": "1.35",
         "system_node_type": "m7i.xlarge",
         "admin_role_arn": ADMIN,
     }
@@ -82,7 +82,7 @@ def parts(mocks: GpuforgeMocks) -> dict[str, str]:
 def test_control_plane_private_api_auth_kms_logs_exact_version(mocks: GpuforgeMocks) -> None:
     deploy()
     cluster = one(mocks, CLUSTER).inputs
-    assert cluster["version"] == "1.33"
+    assert cluster["version"] == "1.35"
     assert cluster["name"] == "demo"
     vpc = cluster["vpcConfig"]
     assert vpc["endpointPublicAccess"] is False
@@ -215,7 +215,7 @@ def test_capacity_block_group_and_eks_scale_down_line(mocks: GpuforgeMocks) -> N
 
 def test_summary_kubernetes(mocks: GpuforgeMocks) -> None:
     summary = deploy()
-    assert summary["kubernetes"]["version"] == "1.33"
+    assert summary["kubernetes"]["version"] == "1.35"
     assert summary["kubernetes"]["capacity_block_scale_down"] is None
     assert summary["scheduler"]["type"] == "kubernetes"
 

@@ -59,6 +59,24 @@ def test_p5_eks_plan_shows_the_addons_and_kueue_objects_scheduler_render_writes(
     assert "clusterqueue/llm.yaml" in document["files"]
 
 
+def test_p5_eks_plan_shows_the_eks_managed_addons_at_their_pinned_versions(catalog_path: Path) -> None:
+    """VPC CNI, kube-proxy and CoreDNS: EKS add-ons at the versions gpuforge/data/eks_addons.yaml pins for 1.35."""
+    result = plan(STACK_DIR, "p5-eks", catalog=catalog_path)
+    made = {
+        r.inputs["addonName"]: r.inputs["addonVersion"]
+        for r in result.run.resources
+        if r.type == "aws:eks/addon:Addon"
+    }
+    assert sorted(made) == ["coredns", "kube-proxy", "vpc-cni"]
+    document = plan_document(result)["kubernetes"]["eks_addons"]
+    assert {name: entry["version"] for name, entry in document.items()} == made
+    assert all("EKS user guide" in entry["source"] for entry in document.values())
+    listed = ", ".join(f"{name} {version}" for name, version in made.items())
+    assert (
+        f"             EKS add-ons (EKS manages their images): {listed}" in render_text(result).splitlines()
+    )
+
+
 def test_a_slurm_plan_has_no_kubernetes_objects(catalog_path: Path) -> None:
     result = plan(STACK_DIR, "p5-prod", catalog=catalog_path)
     assert plan_document(result)["kubernetes"] is None

@@ -1,5 +1,5 @@
 """The EKS rules under the policy pack: eks-private-endpoint, eks-secrets-encrypted, eks-control-plane-logs,
-eks-access-entries.
+eks-access-entries, eks-addon-pinned.
 
 The passing case is a whole p5 cluster with `scheduler.type: kubernetes` under the mocks (every mandatory rule of
 the pack, IAM and network included); each violating case changes one EksCluster setting through a Pulumi
@@ -19,9 +19,10 @@ from gpuforge.components.specs import SchedulerSpec
 from gpuforge.policies.pack import POLICIES
 
 EKS = "aws:eks/cluster:Cluster"
+ADDON = "aws:eks/addon:Addon"
 KUBERNETES = SchedulerSpec(
     type="kubernetes",
-    kubernetes_version="1.33",
+    kubernetes_version="1.35",
     system_node_type="m7i.xlarge",
     admin_role_arn="arn:aws:iam::123456789012:role/platform-admin",
 )
@@ -34,13 +35,14 @@ def eks_verdicts(
     return verdicts(resources, images)
 
 
-def test_the_pack_holds_the_four_rules() -> None:
+def test_the_pack_holds_the_five_rules() -> None:
     names = {policy.name for policy in POLICIES}
     assert {
         "eks-private-endpoint",
         "eks-secrets-encrypted",
         "eks-control-plane-logs",
         "eks-access-entries",
+        "eks-addon-pinned",
     } <= names
 
 
@@ -91,3 +93,15 @@ def test_each_weakened_setting_is_refused(
     found = of(mandatory(eks_verdicts(images, edit(EKS, **changes))), policy)
     assert len(found) == 1, found
     assert expected in found[0].message and "Fix:" in found[0].message
+
+
+@pytest.mark.parametrize("version", [None, ""])
+def test_an_addon_without_a_version_is_refused(images: Images, version: str | None) -> None:
+    """Left unset, EKS installs its default version for the cluster's minor, which moves as EKS publishes."""
+    found = of(
+        mandatory(eks_verdicts(images, edit(ADDON, name_suffix="-coredns", addon_version=version))),
+        "eks-addon-pinned",
+    )
+    assert len(found) == 1, found
+    assert "'coredns'" in found[0].message and "addonVersion" in found[0].message
+    assert "Fix:" in found[0].message and "gpuforge/data/eks_addons.yaml" in found[0].message

@@ -56,6 +56,7 @@ MANDATORY = {
     "eks-secrets-encrypted",
     "eks-control-plane-logs",
     "eks-access-entries",
+    "eks-addon-pinned",
     "kubernetes-image-digest",
     "kubernetes-gpu-pod",
 }
