@@ -224,10 +224,13 @@ class _SchedulerKeys(_Strict):
     kubernetes_version: StrictStr | None = Field(default=None, alias="kubernetesVersion")
     system_node_type: StrictStr | None = Field(default=None, alias="systemNodeType")
     admin_role_arn: StrictStr | None = Field(default=None, alias="adminRoleArn")
+    # `gpuforge validate`'s container on a Kubernetes stack (StackConfig.acceptance_image), not the cluster's.
+    acceptance_image: StrictStr | None = Field(default=None, alias="acceptanceImage")
 
     def spec(self) -> SchedulerSpec:
         """The SchedulerSpec of these keys; a key left out stays unset, so `type: none` refuses only what was written."""
-        return SchedulerSpec(**self.model_dump(exclude_unset=True, exclude_none=True))
+        dumped = self.model_dump(exclude_unset=True, exclude_none=True, exclude={"acceptance_image"})
+        return SchedulerSpec(**dumped)
 
 
 class _GpuforgeKeys(_Strict):
@@ -276,6 +279,8 @@ class StackConfig(BaseModel):
     catalog_path: Path | None  # None: the default catalog (gpuforge.images.catalog.DEFAULT_CATALOG)
     engine_values: dict[str, str]  # every config key as the engine hands it to the program
     checkpoint: CheckpointSpec | None = None  # gpuforge:checkpoint; checked against the published MTBF
+    # gpuforge:scheduler.acceptanceImage: REPOSITORY@sha256:<64 hex>, what `gpuforge validate` runs without --image.
+    acceptance_image: str | None = None
 
 
 def _read_yaml(path: Path, what: str, fix: str) -> Any:
@@ -630,6 +635,7 @@ def parse_engine_values(
         else None,
         engine_values=dict(values),
         checkpoint=checkpoint,
+        acceptance_image=_acceptance_image(source, scheduler.type, scheduler_keys),
     )
     # The monitoring block is checked with the rest, so plan, render and `pulumi up` refuse the same
     # block `monitoring render` refuses. Imported here: gpuforge.monitoring.config builds on this module.
@@ -660,6 +666,35 @@ def _slurm_version(source: str, matrix_path: Path) -> str | None:
             f"{NAMESPACE}:scheduler.type: none."
         )
     return matrix.slurm.version
+
+
+def _acceptance_image(source: str, scheduler_type: str, keys: _SchedulerKeys | None) -> str | None:
+    """`gpuforge:scheduler.acceptanceImage`: a Kubernetes stack's acceptance container, by digest only.
+
+    The rule is `gpuforge validate --image`'s (gpuforge.validate.kubernetes_jobs.image_from_reference), checked
+    here so that a tag is refused when the stack is planned, not when the acceptance runs.
+    """
+    from gpuforge.validate.kubernetes_jobs import image_from_reference
+
+    key = f"{NAMESPACE}:scheduler.acceptanceImage"
+    value = None if keys is None else keys.acceptance_image
+    if value is None:
+        return None
+    if scheduler_type != "kubernetes":
+        raise InputError(
+            f"{source}: {key} = {cut(value)}, but scheduler.type is {scheduler_type!r}: only the acceptance on a "
+            "Kubernetes stack runs in a container. Fix: remove the key."
+        )
+    try:
+        image_from_reference(value)
+    except InputError:
+        raise InputError(
+            f"{source}: {key} = {cut(value)}: the acceptance image must be pinned by digest (rule: "
+            "REPOSITORY@sha256:<64 hex>; a tag can point at another image tomorrow). Fix: write the digest the "
+            "CI job printed after pushing it (`gpuforge image acceptance-container`), or take it with "
+            "`crane digest REPOSITORY:TAG`."
+        ) from None
+    return value
 
 
 def _check_kubernetes_version(source: str, matrix_path: Path, stack_version: str | None) -> None:

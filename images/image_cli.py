@@ -1,4 +1,4 @@
-"""`gpuforge image render|build|list|verify|prune`."""
+"""`gpuforge image render|build|list|verify|prune|acceptance-container`."""
 
 from __future__ import annotations
 
@@ -94,6 +94,18 @@ def register(subparsers: Any) -> None:
         help="render for this packer version instead of the installed one (e.g. 1.6.6 or 1.11.2)",
     )
     render_cmd.set_defaults(handler=_render)
+
+    acceptance = commands.add_parser(
+        "acceptance-container",
+        help="write the Dockerfile (build context) of a matrix's acceptance container for Kubernetes stacks",
+        description="Writes the build context of the container `gpuforge validate --image` runs on a Kubernetes "
+        "stack: the matrix's CUDA base by digest, NCCL, EFA installer, aws-ofi-nccl, nccl-tests (MPI=1), dcgmi and "
+        "a key-only sshd. Exit codes: 0 written; 1 the matrix fails its check; 2 unusable input (a missing "
+        "acceptance_image.base_digest or nccl_tests, an --out folder that is not empty; nothing written).",
+    )
+    acceptance.add_argument("matrix", type=Path, metavar="MATRIX", help="the matrix YAML file")
+    acceptance.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new or empty folder")
+    acceptance.set_defaults(handler=_acceptance_container)
 
     build = commands.add_parser(
         "build",
@@ -266,6 +278,24 @@ def _render(args: argparse.Namespace) -> int:
             f"  build: cd {printable(str(args.out))} && packer build {BUILD_FILE}   (packer {version} has no `init`)"
         )
     print("  or let gpuforge run it, verify the AMI and record it: gpuforge image build MATRIX --region R")
+    return 0
+
+
+def _acceptance_container(args: argparse.Namespace) -> int:
+    from gpuforge.images.acceptance_container import render_acceptance
+
+    matrix, digest = load_valid(args.matrix)
+    out = render_acceptance(matrix, digest, args.out)
+    shown = printable(str(out))
+    print(
+        printable(
+            f"rendered the acceptance container of {matrix.name} {matrix.version} (digest {digest[:12]}) into {out}"
+        )
+    )
+    print(f"  build: docker buildx build --platform linux/amd64 --tag REPOSITORY:TAG --push {shown}")
+    print(
+        "  then pass it by digest: gpuforge validate STACK_DIR --stack NAME --image REPOSITORY@sha256:<digest>"
+    )
     return 0
 
 

@@ -110,6 +110,18 @@ class KubernetesSpec(_Strict):
     aws_iam_authenticator: SourceTarball
 
 
+class AcceptanceImageSpec(_Strict):
+    """The acceptance container's base image digest (`gpuforge image acceptance-container`).
+
+    The base is NVIDIA's CUDA development image for the matrix's CUDA and OS (its tag is derived from
+    `cuda` and `os`, never written here); only its digest is pinned, as a person copies it from
+    `crane digest nvidia/cuda:<tag>`, with where it came from in `base_digest_source`.
+    """
+
+    base_digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    base_digest_source: Sha256Source
+
+
 # The Kubernetes node parts' matrix keys under `kubernetes`, in install order.
 KUBERNETES_KEYS = ("kubelet", "containerd", "runc", "cni_plugins", "aws_iam_authenticator")
 
@@ -173,6 +185,9 @@ class Matrix(_Strict):
     alertmanager: SourceTarball | None = None
     # Optional: the Kubernetes node parts (images/scripts/72-kubernetes.sh). A Slurm-only matrix leaves it out.
     kubernetes: KubernetesSpec | None = None
+    # Optional: the acceptance container's base image digest (images/acceptance_container.py). Without it the
+    # container is not rendered: no public source pinning the CUDA base tags by digest could be named.
+    acceptance_image: AcceptanceImageSpec | None = None
     targets: Annotated[list[str], AfterValidator(_unique_targets)] = Field(min_length=1)
 
     @property

@@ -28,7 +28,7 @@ TIMEOUT_RANGE_S = (1.0, 86400.0)
 
 USAGE = """\
 gpuforge validate STACK_DIR --stack NAME [--diag-level N] [--drain] [--json] [--plot FILE] [--timeout S]
-gpuforge validate STACK_DIR --stack NAME --image REPOSITORY@sha256:DIGEST [--team NAME] ... (Kubernetes stacks)
+gpuforge validate STACK_DIR --stack NAME [--image REPOSITORY@sha256:DIGEST] [--team NAME] ... (Kubernetes stacks)
 gpuforge validate report --instance-type TYPE --nodes N FILE... [--json] [--plot FILE]"""
 DESCRIPTION = (
     "The acceptance run after `pulumi up`. Floors: the expected in-place all-reduce busbw at the type's "
@@ -87,7 +87,8 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--image",
         metavar="REPOSITORY@sha256:DIGEST",
-        help="Kubernetes stacks: the acceptance image, by digest (nccl-tests with MPI, sshd, aws-ofi-nccl, dcgmi)",
+        help="Kubernetes stacks: the acceptance image, by digest (nccl-tests with MPI, sshd, aws-ofi-nccl, dcgmi); "
+        "default: the stack's gpuforge:scheduler.acceptanceImage",
     )
     parser.add_argument(
         "--team",
@@ -199,10 +200,14 @@ def _run_kubernetes(args: argparse.Namespace, config: Any) -> int:
     from gpuforge.validate.kubernetes_jobs import image_from_reference, launcher_for
     from gpuforge.validate.run import Plan, run_acceptance
 
-    if args.image is None:
+    # --image, else the stack's gpuforge:scheduler.acceptanceImage (checked by digest when the stack was read).
+    reference = args.image or config.acceptance_image
+    if reference is None:
         raise InputError(
             f"stack {config.stack} schedules with Kubernetes: --image is required (the acceptance's container, "
-            "REPOSITORY@sha256:<64 hex>, with nccl-tests built with MPI, sshd, aws-ofi-nccl and dcgmi). Fix: pass it."
+            "REPOSITORY@sha256:<64 hex>, with nccl-tests built with MPI, sshd, aws-ofi-nccl and dcgmi). Fix: pass it, "
+            f"or set gpuforge:scheduler.acceptanceImage in {config.source} (README: 'Acceptance on Kubernetes' "
+            "says how `gpuforge image acceptance-container` and CI build and push it)."
         )
     teams = [team.name for team in config.scheduler.teams]
     team = args.team or (teams[0] if teams else None)
@@ -211,7 +216,7 @@ def _run_kubernetes(args: argparse.Namespace, config: Any) -> int:
             f"--team {team}: stack {config.stack}'s LocalQueues are {', '.join(teams) or 'none'} "
             "(one per gpuforge:scheduler.teams entry). Fix: pass one of them."
         )
-    image = image_from_reference(args.image)
+    image = image_from_reference(reference)
     instance = hardware.get(config.instance_type)
     # The client reads KUBECONFIG once, when imported; read it now (it may list several files).
     kubeconfig = os.environ.get("KUBECONFIG", "~/.kube/config")
