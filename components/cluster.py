@@ -35,6 +35,7 @@ from gpuforge.components.controller_monitoring import ControllerMonitoring
 from gpuforge.components.efa_layout import interface_layout
 from gpuforge.components.eks_cluster import SYSTEM_NODES, EksCluster, EksClusterArgs
 from gpuforge.components.eks_cluster import check as check_eks
+from gpuforge.components.eks_network import check_image_pulls
 from gpuforge.components.eks_nodes import EksGpuNodeGroup, EksGpuNodeGroupArgs, capacity_block_summary
 from gpuforge.components.input_errors import invalid
 from gpuforge.components.lustre import LustreStorage, LustreStorageArgs
@@ -55,6 +56,7 @@ SECRETS_ENDPOINT = "secretsmanager"
 # What private EKS nodes reach through interface endpoints (EKS user guide, "Deploy private clusters with
 # limited internet access": ec2, ecr.api, ecr.dkr, sts, logs; S3 is the gateway endpoint ClusterNetwork makes).
 # https://docs.aws.amazon.com/eks/latest/userguide/private-clusters.html
+# Used only while every add-on image is in the region's private ECR (components.eks_network.check_image_pulls).
 EKS_ENDPOINTS = ("ec2", "ecr.api", "ecr.dkr", "sts", "logs")
 
 
@@ -99,6 +101,7 @@ class GpuCluster(pulumi.ComponentResource):
         kubernetes = spec.scheduler.type == "kubernetes"
         if kubernetes:
             check_eks(spec.scheduler, spec.network)
+            check_image_pulls(spec.network, spec.ami.region)
         elif spec.network.second_subnet_id is not None:
             raise invalid(
                 "network.second_subnet_id",

@@ -731,7 +731,9 @@ def _check_kubernetes_version(source: str, matrix_path: Path, stack_version: str
 def cluster_spec(config: StackConfig, ami: AmiPin) -> GpuClusterSpec:
     """The GpuCluster spec of a stack: its config plus the AMI resolved for it.
 
-    The cluster is named after the stack, so each stack's resources have distinct names.
+    The cluster is named after the stack, so each stack's resources have distinct names. Stacks get the VPC
+    gpuforge makes; with scheduler type kubernetes its nodes reach the internet through a NAT gateway, because
+    the add-on images come from registries outside AWS (components.eks_network.check_image_pulls).
     """
     return _component_rule(
         config.source,
@@ -746,6 +748,7 @@ def cluster_spec(config: StackConfig, ami: AmiPin) -> GpuClusterSpec:
             capacity=config.capacity,
             lustre=config.lustre,
             scheduler=config.scheduler,
+            network=NetworkSpec(api_access="nat" if config.scheduler.type == "kubernetes" else "endpoints"),
         ),
     )
 

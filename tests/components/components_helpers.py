@@ -13,6 +13,7 @@ import botocore.session
 import pulumi
 
 from gpuforge.components import AmiPin, GpuClusterSpec
+from gpuforge.components.specs import NetworkSpec
 from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedResource
 
 DIGEST = "3f" * 32
@@ -49,6 +50,11 @@ def cluster_spec(**overrides: Any) -> GpuClusterSpec:
         "ami": AMI,
     }
     values.update(overrides)
+    scheduler = values.get("scheduler")
+    kind = scheduler.get("type") if isinstance(scheduler, dict) else getattr(scheduler, "type", None)
+    if kind == "kubernetes" and "network" not in overrides:
+        # As a stack gets it: the add-on images come from the internet (components.eks_network).
+        values["network"] = NetworkSpec(api_access="nat")
     return GpuClusterSpec(**values)
 
 

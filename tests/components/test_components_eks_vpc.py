@@ -11,18 +11,24 @@ they name with the VPC and zone each case needs; every other field stays the moc
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pulumi
 import pytest
-from components_helpers import NOW, cluster_spec, one, run
+from components_helpers import AMI, NOW, cluster_spec, one, run
 
-from gpuforge import pulumi_mocks
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from stack_files import slurm_stack, write_stack
+
+from gpuforge import pulumi_mocks, stack_config
 from gpuforge.components import GpuCluster
 from gpuforge.components.specs import NetworkSpec, SchedulerSpec
 from gpuforge.errors import InputError
 from gpuforge.pulumi_mocks import GpuforgeMocks
+from gpuforge.stack_config import load_stack_config
 
 VPC = "vpc-0123456789abcdef0"
 OTHER_VPC = "vpc-0fedcba9876543210"
@@ -36,7 +42,7 @@ CLUSTER = "aws:eks/cluster:Cluster"
 def kubernetes() -> SchedulerSpec:
     return SchedulerSpec(
         type="kubernetes",
-        kubernetes_version="1.33",
+        kubernetes_version="1.35",  # the minor gpuforge/data/eks_addons.yaml pins the EKS add-ons for
         system_node_type="m7i.xlarge",
         admin_role_arn="arn:aws:iam::123456789012:role/platform-admin",
     )
@@ -152,3 +158,54 @@ def test_second_subnet_refused_where_nothing_uses_it(mocks: GpuforgeMocks) -> No
     with pytest.raises(InputError, match=r"network\.second_subnet_id .* only the EKS control plane"):
         GpuCluster("demo", spec, now=NOW)
     assert mocks.resources == ()
+
+
+# -- image pulls: the add-on images come from registries outside AWS --------------------------------------------
+
+
+def test_endpoints_only_kubernetes_refused_naming_the_registries(mocks: GpuforgeMocks) -> None:
+    """With interface endpoints and no NAT the nodes reach AWS services only; nvcr.io and registry.k8s.io are not."""
+    spec = cluster_spec(scheduler=kubernetes(), network={"api_access": "endpoints"})  # NetworkSpec's default
+    with pytest.raises(InputError) as caught:
+        GpuCluster("demo", spec, now=NOW)
+    message = caught.value.message
+    assert message.startswith("network.api_access = 'endpoints': ")
+    assert "nvcr.io (nvidia-device-plugin)" in message
+    assert "registry.k8s.io (kueue)" in message
+    assert "dkr.ecr" not in message  # the EFA plugin's image has no sourced digest, so it is not applied
+    assert "Fix: use network.api_access: nat" in message
+    assert "mirror the images to ECR in us-east-1" in message
+    assert mocks.resources == ()
+
+
+def test_nat_kubernetes_makes_the_nat_gateway_and_the_cluster(mocks: GpuforgeMocks) -> None:
+    deploy({"api_access": "nat"})
+    assert len(mocks.of_type("aws:ec2/natGateway:NatGateway")) == 1
+    assert len(mocks.of_type(CLUSTER)) == 1
+
+
+def test_existing_access_kubernetes_accepted(
+    mocks: GpuforgeMocks, subnets: dict[str, tuple[str, str]]
+) -> None:
+    """`api_access: existing` is the VPC owner's word that the path exists; gpuforge cannot see it."""
+    subnets.update({FIRST: (VPC, "us-east-1a"), SECOND: (VPC, "us-east-1b")})
+    deploy(existing(api_access="existing"))
+    assert len(mocks.of_type(CLUSTER)) == 1
+
+
+@pytest.mark.parametrize(("scheduler", "access"), [("kubernetes", "nat"), ("slurm", "endpoints")])
+def test_stacks_get_nat_for_kubernetes_only(tmp_path: Path, scheduler: str, access: str) -> None:
+    block = (
+        {
+            "type": "kubernetes",
+            "kubernetesVersion": "1.35",  # the shipped H100 matrix's kubernetes.version
+            "systemNodeType": "m7i.xlarge",
+            "adminRoleArn": "arn:aws:iam::123456789012:role/platform-admin",
+        }
+        if scheduler == "kubernetes"
+        else None  # slurm_stack's own Slurm block
+    )
+    changes = {"gpuforge:scheduler": block} if block else {}
+    folder = write_stack(tmp_path / "stack", "dev", slurm_stack(**changes))
+    config = load_stack_config(folder, "dev")
+    assert stack_config.cluster_spec(config, AMI).network.api_access == access

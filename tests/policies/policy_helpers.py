@@ -27,6 +27,7 @@ import pulumi
 from pulumi.runtime.mocks import MockResourceArgs
 
 from gpuforge.components import AmiPin, GpuCluster, GpuClusterSpec
+from gpuforge.components.specs import NetworkSpec
 from gpuforge.images.catalog import CatalogEntry, record_entry
 from gpuforge.images.matrix import check_file, load_valid
 from gpuforge.policies.rules_ami import image_policy_config
@@ -194,6 +195,11 @@ def spec(images: Images, matrix: str = "p5-h100-cuda12", **overrides: Any) -> Gp
         "ami": images.pins[matrix],
     }
     values.update(overrides)
+    scheduler = values.get("scheduler")
+    kind = scheduler.get("type") if isinstance(scheduler, dict) else getattr(scheduler, "type", None)
+    if kind == "kubernetes" and "network" not in overrides:
+        # As a stack gets it: the add-on images come from the internet (components.eks_network).
+        values["network"] = NetworkSpec(api_access="nat")
     return GpuClusterSpec(**values)
 
 
