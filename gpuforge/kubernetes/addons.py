@@ -29,6 +29,12 @@ NAMESPACE = "kube-system"
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 # The kubelet's device-plugin socket folder: both device plugins register there.
 DEVICE_PLUGINS_DIR = "/var/lib/kubelet/device-plugins"
+# Every object gpuforge renders carries both labels (`ownership_labels`, stamped once by
+# manifests.render_addons): `gpuforge scheduler apply` prunes only objects with both, so it never
+# deletes what a person, a chart, or another gpuforge cluster on the same API server made.
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "gpuforge"
+CLUSTER_LABEL = "gpuforge.dev/cluster"
 
 
 class _Strict(BaseModel):
@@ -129,6 +135,11 @@ def pins() -> AddonPins:
     return load_pins(resources.files("gpuforge").joinpath(DATA_FILE))
 
 
+def ownership_labels(cluster: str) -> dict[str, str]:
+    """The labels that make an object this gpuforge cluster's (see MANAGED_BY_LABEL)."""
+    return {MANAGED_BY_LABEL: MANAGED_BY, CLUSTER_LABEL: cluster}
+
+
 def node_labels(instance_type: InstanceType, node_group: str, *, gpu: bool = True) -> dict[str, str]:
     """The labels a gpuforge node of `node_group` joins with; the join configuration writes these.
 
@@ -156,7 +167,7 @@ def _daemonset(
     *,
     host_network: bool = False,
 ) -> dict[str, Any]:
-    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "gpuforge"}
+    labels = {"app.kubernetes.io/name": name, MANAGED_BY_LABEL: MANAGED_BY}
     spec: dict[str, Any] = {
         "tolerations": [_gpu_toleration()],
         # Without its device plugin a GPU node offers no GPUs: it must survive node pressure.

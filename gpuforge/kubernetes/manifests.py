@@ -23,6 +23,7 @@ from gpuforge.kubernetes.addons import (
     efa_device_plugin,
     kueue_values,
     nvidia_device_plugin,
+    ownership_labels,
     pins,
 )
 from gpuforge.kubernetes.check import check_object
@@ -75,6 +76,12 @@ def _index_entry(addon: Addon, files: list[str]) -> dict[str, Any]:
         entry["rendered"] = True
         entry["files"] = files
     return entry
+
+
+def _stamp(cluster: str, objects: Sequence[dict[str, Any]]) -> None:
+    """Give every object the cluster's ownership labels, the one place they are set (addons.MANAGED_BY_LABEL)."""
+    for obj in objects:
+        obj["metadata"]["labels"] = {**obj["metadata"].get("labels", {}), **ownership_labels(cluster)}
 
 
 def _refuse_broken(cluster: str, objects: Sequence[dict[str, Any]]) -> None:
@@ -140,6 +147,7 @@ def render_addons(
         built = _addon_objects(addon, build)
         index["addons"][name] = _index_entry(addon, [_path(obj) for obj in built])
         objects += built
+    _stamp(cluster, objects)
     _refuse_broken(cluster, objects)
     for name, addon in table.addons.items():
         if name in builders or name == "kueue":

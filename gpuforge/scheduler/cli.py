@@ -12,6 +12,11 @@ Kubernetes objects gpuforge applies (`gpuforge.kubernetes.manifests.stack_addons
 plugins, Kueue's values, Topology, ResourceFlavor, queues and priority classes), through the same
 `rendered_set`. Exit 0, or 2 with the field and the fix.
 
+`gpuforge scheduler apply STACK_DIR --stack NAME [--kubeconfig PATH] [--context NAME] [--dry-run] [--no-prune]`
+puts a Kubernetes stack's rendered objects on its cluster by server-side apply, and prunes what the stack
+dropped (`gpuforge.kubernetes.apply`). Exit 0 applied or nothing to do, 1 the API server failed (run again),
+2 bad input, Kueue missing or not as pinned, or a cluster it cannot reach.
+
 `gpuforge scheduler sync-accounts [--accounts FILE] [--dry-run]` (on the controller) makes Slurm's
 teams, users and QOS equal to the rendered gpuforge-accounts.json with sacctmgr
 (`gpuforge.scheduler.accounts`). Exit 0 when nothing changed or all applied, 1 when sacctmgr
@@ -75,6 +80,36 @@ def register(subparsers: Any) -> None:
         help="a saved DescribeInstanceTopology or DescribeCapacityReservationTopology response (JSON)",
     )
     render.set_defaults(handler=_render)
+    apply = commands.add_parser(
+        "apply",
+        help="for a Kubernetes stack: apply its rendered objects to the cluster (server-side apply) and prune",
+        description="Applies the objects `scheduler render` writes for a `type: kubernetes` stack to its cluster "
+        "with server-side apply (field manager gpuforge), after checking that Kueue is installed at its pinned "
+        "image, and deletes this cluster's gpuforge objects the stack no longer has (namespaces are kept). Run it "
+        "from a host that reaches the private EKS endpoint. Exit 0 when applied or nothing changed; 1 when the API "
+        "server failed or timed out (run again); 2 for bad config, a stack that is not Kubernetes, Kueue missing "
+        "or not as pinned (the helm command is printed), an unreachable server or a refused identity.",
+    )
+    apply.add_argument(
+        "stack_dir", type=Path, metavar="STACK_DIR", help="the Pulumi project, e.g. stacks/training"
+    )
+    apply.add_argument("--stack", required=True, metavar="NAME", help="the stack: reads Pulumi.NAME.yaml")
+    apply.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="PATH",
+        help="the cluster's kubeconfig (default: $KUBECONFIG, ~/.kube/config)",
+    )
+    apply.add_argument("--context", metavar="NAME", help="the kubeconfig context (default: its current one)")
+    apply.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="server-side dry run of the same (dryRun=All): report, store nothing",
+    )
+    apply.add_argument(
+        "--no-prune", dest="prune", action="store_false", help="delete nothing the stack no longer has"
+    )
+    apply.set_defaults(handler=_apply)
     sync = commands.add_parser(
         "sync-topology",
         help="on the controller: add the switches AWS reports to topology.conf and place each node under its leaf",
@@ -162,6 +197,29 @@ def _render_kubernetes(args: argparse.Namespace, config: StackConfig) -> int:
     files = stack_addons(config)
     written, removed = write_set(args.out, files, config.stack, rendered_for(config.stack))
     _report(written, removed)
+    return 0
+
+
+def _apply(args: argparse.Namespace) -> int:
+    from gpuforge.kubernetes.apply import apply_stack
+    from gpuforge.stack_config import NAMESPACE, load_stack_config
+
+    config = load_stack_config(args.stack_dir, args.stack)
+    if config.scheduler.type != "kubernetes":
+        raise InputError(
+            f"stack {config.stack} ({config.source}): {NAMESPACE}:scheduler.type = '{config.scheduler.type}'; "
+            "`scheduler apply` applies a Kubernetes stack's objects. Fix: pass a `type: kubernetes` stack (a Slurm "
+            "stack's controller takes its files from `pulumi up`)."
+        )
+    apply_stack(
+        config,
+        stack_dir=str(args.stack_dir),
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        dry_run=args.dry_run,
+        prune=args.prune,
+        report=print,
+    )
     return 0
 
 
