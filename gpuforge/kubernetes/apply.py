@@ -16,6 +16,9 @@ first write, so a refusal leaves the cluster as it was:
 5. Apply in order: Namespaces, RBAC, the rest, then Kueue's objects (Topology before the flavors that name it,
    ClusterQueues before the LocalQueues that point at them). Then prune, in the reverse order.
 
+gpuforge renders no CustomResourceDefinition (Kueue's come with its chart, checked in step 2), so there is no
+CRD step and no wait for Established; a render that gained one would fail the PRUNE_KINDS guard test first.
+
 Conflicts: gpuforge forces (`force=true`) only on objects that are already its own (both ownership labels):
 the render is their source of truth, so a hand edit of a field gpuforge sets is taken back, as a controller
 would. An object that exists without gpuforge's labels (a namespace a platform team made) is applied without
@@ -40,11 +43,14 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.kubernetes.addons import CLUSTER_LABEL, DATA_FILE, MANAGED_BY, MANAGED_BY_LABEL, Image, pins
 from gpuforge.kubernetes.manifests import objects_of, stack_addons
+
+if TYPE_CHECKING:
+    from gpuforge.stack_config import StackConfig
 
 FIELD_MANAGER = "gpuforge"
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -107,8 +113,6 @@ def _group(api_version: str) -> str:
 
 def _rank(obj: dict[str, Any]) -> int:
     kind = obj["kind"]
-    if kind == "CustomResourceDefinition":
-        return 0
     if kind == "Namespace":
         return 1
     if kind in _RBAC_KINDS:
@@ -500,7 +504,7 @@ def _prune(session: _Session, stale: Sequence[dict[str, Any]], *, dry_run: bool)
 
 
 def apply_stack(
-    config: Any,
+    config: StackConfig,
     *,
     stack_dir: str,
     kubeconfig: Path | None,

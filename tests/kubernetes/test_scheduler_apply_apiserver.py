@@ -219,6 +219,25 @@ def test_a_changed_quota_is_applied_and_reported_changed(
     assert queue.spec.resourceGroups[0].flavors[0].resources[0].nominalQuota == 64
 
 
+def test_a_hand_edit_of_gpuforges_object_is_taken_back(
+    with_kueue: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """gpuforge forces conflicts on its own objects: the render is their source of truth."""
+    stack_dir = _stack_dir(tmp_path)
+    assert _apply(with_kueue, stack_dir) == 0
+    api = _api(with_kueue)
+    queue = {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": "llm"}}
+    edited = _read(api, queue).to_dict()
+    edited["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 8
+    resource = api.resources.get(api_version=KUEUE_API, kind="ClusterQueue")
+    body = {**queue, "spec": edited["spec"]}
+    resource.server_side_apply(body=body, name="llm", field_manager="someone", force_conflicts=True)
+    capsys.readouterr()
+    assert _apply(with_kueue, stack_dir) == 0
+    assert _lines(capsys.readouterr().out, "changed") == {"ClusterQueue llm"}
+    assert _read(api, queue).spec.resourceGroups[0].flavors[0].resources[0].nominalQuota == 96
+
+
 def test_a_removed_team_prunes_its_queues_and_nothing_else(
     with_kueue: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
