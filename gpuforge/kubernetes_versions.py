@@ -29,7 +29,9 @@ class Skew(_Strict):
 
 
 class EksVersion(_Strict):
-    eks_release: date | None
+    """One row of EKS's release calendar (the official table gives all three days for every row)."""
+
+    eks_release: date
     end_of_standard_support: date
     end_of_extended_support: date
 
