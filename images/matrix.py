@@ -99,7 +99,10 @@ class KubernetesSpec(_Strict):
     `matrix check` before any stack exists (a stack's `kubernetesVersion` must then equal it).
     kubelet is dl.k8s.io's binary; containerd, runc, the CNI plugins and aws-iam-authenticator (the kubelet's
     credential plugin: the join configuration's kubeconfig runs it to authenticate with the node's instance
-    role) their GitHub release builds.
+    role) their GitHub release builds. ecr_credential_provider is cloud-provider-aws's kubelet image credential
+    provider (artifacts.k8s.io's binary): without it the kubelet pulls private ECR images anonymously and is
+    refused, and every EKS system add-on on the node (the VPC CNI, kube-proxy, the EFA device plugin) comes from
+    EKS's private ECR registries, so the node would never become Ready.
     """
 
     version: str = Field(pattern=r"^1\.[0-9]+$")
@@ -108,6 +111,7 @@ class KubernetesSpec(_Strict):
     runc: SourceTarball
     cni_plugins: SourceTarball
     aws_iam_authenticator: SourceTarball
+    ecr_credential_provider: SourceTarball
 
 
 class AcceptanceImageSpec(_Strict):
@@ -123,7 +127,14 @@ class AcceptanceImageSpec(_Strict):
 
 
 # The Kubernetes node parts' matrix keys under `kubernetes`, in install order.
-KUBERNETES_KEYS = ("kubelet", "containerd", "runc", "cni_plugins", "aws_iam_authenticator")
+KUBERNETES_KEYS = (
+    "kubelet",
+    "containerd",
+    "runc",
+    "cni_plugins",
+    "aws_iam_authenticator",
+    "ecr_credential_provider",
+)
 
 
 # The monitoring daemons' matrix keys (issue 21's contract names), in install order.

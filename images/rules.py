@@ -122,6 +122,7 @@ _PIN_EXAMPLES = {
     "kubernetes.runc.version": "1.4.3",
     "kubernetes.cni_plugins.version": "1.9.1",
     "kubernetes.aws_iam_authenticator.version": "0.7.12",
+    "kubernetes.ecr_credential_provider.version": "1.37.0",
 }
 
 

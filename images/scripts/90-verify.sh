@@ -326,7 +326,9 @@ check_kubernetes() {
     # Through PATH (as under sudo: /usr/local/sbin and /usr/local/bin first), each where 72-kubernetes.sh put it.
     # aws-iam-authenticator only by its presence: its sha256 was checked at install, and its version output
     # could not be read at its source (the Go module proxy does not serve sigs.k8s.io/aws-iam-authenticator).
-    for binary in "$KUBELET_BIN" "$CONTAINERD_BIN" "$RUNC_BIN" "$AUTHENTICATOR_BIN"; do
+    # The ECR credential provider likewise (sha256-checked at install), in the kubelet's provider folder.
+    for binary in "$KUBELET_BIN" "$CONTAINERD_BIN" "$RUNC_BIN" "$AUTHENTICATOR_BIN" \
+        "$CREDENTIAL_PROVIDER_BIN_DIR/ecr-credential-provider"; do
         [[ -x "$ROOT$binary" ]] || fail "$(basename "$binary")" "$binary is missing (72-kubernetes.sh installs it)"
     done
     reported="$(kubelet --version 2>&1)" || true

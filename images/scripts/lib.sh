@@ -278,11 +278,16 @@ monitoring_prefix() { echo "/opt/gpuforge/$1-$2"; }
 # --- Kubernetes node parts (72-kubernetes.sh, 90-verify.sh, images/files/kubernetes/) -----------
 
 # The matrix's kubernetes.* downloads, in install order (gpuforge.images.matrix.KUBERNETES_KEYS).
-KUBERNETES_PARTS=(kubelet containerd runc cni_plugins aws_iam_authenticator)
+KUBERNETES_PARTS=(kubelet containerd runc cni_plugins aws_iam_authenticator ecr_credential_provider)
 KUBELET_BIN="/usr/local/bin/kubelet"
 # The kubelet's credential plugin, where the join configuration's kubeconfig runs it
 # (gpuforge.components.eks_join.AUTHENTICATOR).
 AUTHENTICATOR_BIN="/usr/local/bin/aws-iam-authenticator"
+# The kubelet's image credential provider (cloud-provider-aws's ecr-credential-provider) and its
+# CredentialProviderConfig, where kubelet.service's --image-credential-provider-bin-dir and
+# --image-credential-provider-config name them.
+CREDENTIAL_PROVIDER_BIN_DIR="/usr/local/libexec/kubelet-credential-providers"
+CREDENTIAL_PROVIDER_CONFIG="/etc/kubernetes/image-credential-provider.yaml"
 CONTAINERD_BIN="/usr/local/bin/containerd"
 RUNC_BIN="/usr/local/sbin/runc"
 CNI_BIN_DIR="/opt/cni/bin"

@@ -9,8 +9,10 @@ logged. The kubelet's boot gate is checked by systemd's own `systemd-analyze ver
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import io
+import re
 import shlex
 import shutil
 import subprocess
@@ -18,13 +20,18 @@ import tarfile
 import tomllib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+import yaml
+from botocore.loaders import create_loader
+from botocore.regions import EndpointResolver
 from image_helpers import REPO, base_path, load_matrix_data, write_matrix
 from systemd_units import read_unit
 
 from gpuforge.images.matrix import KUBERNETES_KEYS, load_valid
 from gpuforge.images.render import STEPS, RenderOptions, render
+from gpuforge.regions import aws_regions
 
 SCRIPTS = REPO / "images" / "scripts"
 FILES = REPO / "images" / "files" / "kubernetes"
@@ -60,6 +67,7 @@ def _releases(directory: Path, data: dict[str, Any]) -> dict[str, Any]:
         "runc": b"#!/bin/sh\necho runc\n",
         "cni_plugins": _tarball({"./loopback": "#!/bin/sh\n", "./bridge": "#!/bin/sh\n"}),
         "aws_iam_authenticator": b"#!/bin/sh\necho authenticator\n",
+        "ecr_credential_provider": b"#!/bin/sh\necho ecr-credential-provider\n",
     }
     for key, body in bodies.items():
         pin = data["kubernetes"][key]
@@ -117,8 +125,9 @@ def test_every_part_is_checked_then_installed_and_the_kubelet_enabled_not_starte
     data = _releases(tmp_path / "releases", load_matrix_data())
     done, calls, root = _run(_payload(tmp_path, data), tmp_path, tmp_path / "releases")
     assert done.returncode == 0, done.stderr
-    assert [call.split()[0] for call in calls][:5] == ["curl"] * 5  # every download before any install
-    assert calls[5:] == ["systemctl daemon-reload", "systemctl enable kubelet.service"]
+    downloads = len(KUBERNETES_KEYS)
+    assert [call.split()[0] for call in calls][:downloads] == ["curl"] * downloads  # every download first
+    assert calls[downloads:] == ["systemctl daemon-reload", "systemctl enable kubelet.service"]
     for path in (
         "usr/local/bin/kubelet",
         "usr/local/bin/containerd",
@@ -134,8 +143,8 @@ def test_every_part_is_checked_then_installed_and_the_kubelet_enabled_not_starte
     ).read_text()
     assert (units / "kubelet.service").is_file() and (units / "containerd.service").is_file()
     assert (
-        "kubelet 1.35.8, containerd 2.3.4, runc 1.4.3, CNI plugins 1.9.1, aws-iam-authenticator 0.7.12 "
-        "for control plane 1.35" in done.stderr
+        "kubelet 1.35.8, containerd 2.3.4, runc 1.4.3, CNI plugins 1.9.1, aws-iam-authenticator 0.7.12, "
+        "ecr-credential-provider 1.37.0 for control plane 1.35" in done.stderr
     )
 
 
@@ -369,3 +378,126 @@ def test_systemd_accepts_the_periodic_check_after_the_kubelet(tmp_path: Path) ->
         check=False,
     )
     assert "oneshoot" in bad.stderr
+
+
+# --- pulling from private ECR: the kubelet's credential provider ----------------------------------------
+
+CREDENTIAL_CONFIG = FILES / "ecr-credential-provider.yaml"
+
+
+def _kubelet_flags() -> dict[str, str]:
+    argv = shlex.split(read_unit(FILES / "kubelet.service")["Service"]["ExecStart"])
+    return dict(
+        arg.removeprefix("--").split("=", 1) for arg in argv[1:] if arg.startswith("--") and "=" in arg
+    )
+
+
+def test_the_kubelet_runs_the_installed_credential_provider_with_its_config(tmp_path: Path) -> None:
+    """Both flags (given the config without the folder the kubelet fails at start), pointing where the step put the binary
+    (sha256-checked like every part) and the CredentialProviderConfig; the binary's name is the provider's."""
+    flags = _kubelet_flags()
+    config_path, bin_dir = (
+        flags["image-credential-provider-config"],
+        flags["image-credential-provider-bin-dir"],
+    )
+    data = _releases(tmp_path / "releases", load_matrix_data())
+    done, _, root = _run(_payload(tmp_path, data), tmp_path, tmp_path / "releases")
+    assert done.returncode == 0, done.stderr
+    assert (root / config_path.lstrip("/")).read_text() == CREDENTIAL_CONFIG.read_text()
+    [provider] = yaml.safe_load(CREDENTIAL_CONFIG.read_text())["providers"]
+    binary = root / bin_dir.lstrip("/") / provider["name"]
+    assert binary.read_text() == "#!/bin/sh\necho ecr-credential-provider\n" and binary.stat().st_mode & 0o111
+    assert sorted(p.name for p in binary.parent.iterdir()) == [
+        provider["name"]
+    ]  # the kubelet's plugin folder only
+
+
+def test_the_credential_provider_config_has_the_kubelets_shape() -> None:
+    """kubelet.config.k8s.io/v1 CredentialProviderConfig (k8s.io/kubelet v0.35.8 config/v1/types.go): name,
+    matchImages, defaultCacheDuration (a Go duration) and the exec API version are required; nothing else."""
+    config = yaml.safe_load(CREDENTIAL_CONFIG.read_text())
+    assert (config["apiVersion"], config["kind"]) == ("kubelet.config.k8s.io/v1", "CredentialProviderConfig")
+    [provider] = config["providers"]
+    assert set(provider) == {"name", "matchImages", "defaultCacheDuration", "apiVersion"}
+    assert provider["name"] == "ecr-credential-provider"
+    assert provider["apiVersion"] == "credentialprovider.kubelet.k8s.io/v1"
+    assert re.fullmatch(r"([0-9]+(h|m|s))+", provider["defaultCacheDuration"])
+    text = CREDENTIAL_CONFIG.read_text()
+    for field in ("apiVersion", "kind", "name", "matchImages", "defaultCacheDuration"):
+        assert re.search(rf"^\s*#.*\b{field}\b", text, re.MULTILINE), f"no comment gives {field}'s reason"
+
+
+def _kubelet_match(pattern: str, image: str) -> bool:
+    """The kubelet's matchImages test (kubernetes v1.35.8 pkg/credentialprovider/keyring.go, URLsMatch): the
+    same port, the pattern's path a prefix of the image's, the same number of host labels, each matched by a
+    shell glob (one glob never spans a dot)."""
+    glob, target = urlsplit(f"https://{pattern}"), urlsplit(f"https://{image}")
+    glob_host, target_host = (glob.hostname or "").split("."), (target.hostname or "").split(".")
+    return (
+        glob.port == target.port
+        and target.path.startswith(glob.path)
+        and len(glob_host) == len(target_host)
+        and all(fnmatch.fnmatchcase(name, part) for part, name in zip(glob_host, target_host, strict=True))
+    )
+
+
+def _matched(image: str) -> bool:
+    [provider] = yaml.safe_load(CREDENTIAL_CONFIG.read_text())["providers"]
+    return any(_kubelet_match(pattern, image) for pattern in provider["matchImages"])
+
+
+def _ecr_registries() -> list[str]:
+    """A private ECR registry in every region gpuforge accepts (gpuforge.regions, botocore's partitions): the
+    documented form <account>.dkr.ecr.<region>.<the partition's DNS suffix>."""
+    resolver = EndpointResolver(create_loader().load_data("endpoints"))
+    return [
+        f"123456789012.dkr.ecr.{region}.{resolver.get_partition_dns_suffix(resolver.get_partition_for_region(region))}"
+        for region in sorted(aws_regions())
+    ]
+
+
+def test_the_credential_provider_serves_ecr_in_every_region_gpuforge_accepts() -> None:
+    registries = _ecr_registries()
+    assert len(registries) == len(aws_regions()) > 30
+    assert [r for r in registries if not _matched(f"{r}/team/trainer:1.0")] == []
+    # The EKS add-ons every node pulls (aws-node, kube-proxy, the EFA device plugin), and the FIPS endpoints.
+    assert _matched("602401143452.dkr.ecr.us-west-2.amazonaws.com/amazon-k8s-cni:v1.20.4-eksbuild.1")
+    assert _matched("602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/kube-proxy:v1.35.0-minimal-eksbuild.2")
+    assert _matched("123456789012.dkr.ecr-fips.us-gov-west-1.amazonaws.com/team/trainer:1.0")
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "nvcr.io/nvidia/k8s-device-plugin:v0.18.0",
+        "registry.k8s.io/pause:3.10.1",
+        "public.ecr.aws/eks-distro/kubernetes/pause:v1.35.0-eks-1-35-6",
+        "docker.io/library/busybox:1.37",
+        "602401143452.dkr.ecr.us-west-2.amazonaws.com.example.org/amazon-k8s-cni:v1",
+        "dkr.ecr.us-west-2.amazonaws.com/amazon-k8s-cni:v1",
+    ],
+)
+def test_the_credential_provider_is_not_run_for_other_registries(image: str) -> None:
+    assert not _matched(image)
+
+
+def test_the_matcher_is_the_kubelets() -> None:
+    """The matcher above, on the examples the kubelet's own doc comment gives, so a pass above counts."""
+    assert _kubelet_match("*.k8s.io", "registry.k8s.io/pause")
+    assert not _kubelet_match("*.io", "registry.k8s.io/pause")
+    assert _kubelet_match("registry.io:8080/path", "registry.io:8080/path/image")
+    assert not _kubelet_match("registry.io:8080/path", "registry.io/path/image")
+
+
+# --- the sandbox (pause) image, pinned by digest -------------------------------------------------------
+
+
+def test_containerd_pins_the_sandbox_image_by_digest() -> None:
+    """containerd 2.x's pinned sandbox image (io.containerd.cri.v1.images pinned_images.sandbox, whose default
+    is registry.k8s.io/pause by tag); the kubelet has no --pod-infra-container-image in 1.35."""
+    images = tomllib.loads((FILES / "containerd-config.toml").read_text())["plugins"][
+        "io.containerd.cri.v1.images"
+    ]
+    sandbox = images["pinned_images"]["sandbox"]
+    assert re.fullmatch(r"registry\.k8s\.io/pause:3\.10\.1@sha256:[0-9a-f]{64}", sandbox)
+    assert "pod-infra-container-image" not in read_unit(FILES / "kubelet.service")["Service"]["ExecStart"]

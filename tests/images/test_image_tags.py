@@ -67,7 +67,7 @@ def test_a_matrix_without_slurm_carries_no_slurm_or_pmix_tag(tmp_path: Path) -> 
     tags = ami_tags(matrix, digest)
     assert "gpuforge:slurm" not in tags and "gpuforge:pmix" not in tags and "gpuforge:nccl-tests" not in tags
     # the monitoring daemons follow dcgm-exporter whether or not Slurm is pinned, then the Kubernetes node parts
-    assert list(component_versions(matrix))[-11:] == [
+    assert list(component_versions(matrix))[-12:] == [
         "dcgm",
         "dcgm-exporter",
         "kubernetes",
@@ -79,6 +79,7 @@ def test_a_matrix_without_slurm_carries_no_slurm_or_pmix_tag(tmp_path: Path) -> 
         "kubernetes.runc",
         "kubernetes.cni-plugins",
         "kubernetes.aws-iam-authenticator",
+        "kubernetes.ecr-credential-provider",
     ]
 
 

@@ -112,6 +112,7 @@ def _add_kubernetes_parts(node: Node) -> None:
             "usr/local/sbin/runc",
             "opt/cni/bin/loopback",
             "usr/local/bin/aws-iam-authenticator",
+            "usr/local/libexec/kubelet-credential-providers/ecr-credential-provider",
         ]
     )
 
@@ -282,6 +283,13 @@ def _drop_file(relative: str) -> Callable[[Node], None]:
     return change
 
 
+def _drop_replayed(relative: str) -> Callable[[Node], None]:
+    def change(node: Node) -> None:
+        node["replayed"].remove(relative)
+
+    return change
+
+
 def _set_file(relative: str, content: str) -> Callable[[Node], None]:
     def change(node: Node) -> None:
         node["files"][relative] = content
@@ -376,6 +384,13 @@ CASES: dict[str, tuple[Callable[[Node], None], list[str]]] = {
     "sync-accounts-enabled": (
         _set("systemctl is-enabled gpuforge-sync-accounts.service", "enabled\n"),
         ["slurm: gpuforge-sync-accounts.service is 'enabled'; the image installs it disabled"],
+    ),
+    "ecr-credential-provider-missing": (
+        _drop_replayed("usr/local/libexec/kubelet-credential-providers/ecr-credential-provider"),
+        [
+            "ecr-credential-provider: /usr/local/libexec/kubelet-credential-providers/ecr-credential-provider "
+            "is missing (72-kubernetes.sh installs it)"
+        ],
     ),
     "kubernetes-check-timer-missing": (
         _drop("systemctl is-enabled gpuforge-kubernetes-check.timer"),

@@ -94,6 +94,33 @@ def test_a_url_that_names_another_release_is_refused(h100: dict[str, Any]) -> No
     assert "2.3.3" in finding.message
 
 
+# --- kubernetes.ecr_credential_provider (the kubelet's credential plugin for private ECR) ---------
+
+
+def test_the_ecr_credential_provider_is_a_required_node_part(h100: dict[str, Any]) -> None:
+    """Without it the kubelet cannot pull the EKS add-ons (aws-node, kube-proxy, the EFA plugin) from ECR."""
+    assert "ecr_credential_provider" in KUBERNETES_KEYS
+    del h100["kubernetes"]["ecr_credential_provider"]
+    [finding] = findings(h100)
+    assert (finding.rule, finding.field) == ("schema.missing-key", "kubernetes.ecr_credential_provider")
+
+
+def test_a_garbled_ecr_credential_provider_pin_is_refused(h100: dict[str, Any]) -> None:
+    h100["kubernetes"]["ecr_credential_provider"] = {"version": "1.37.0", "sha256": "0" * 64}
+    found = {(f.rule, f.field) for f in findings(h100)}
+    assert ("schema.missing-key", "kubernetes.ecr_credential_provider.url") in found
+
+
+def test_an_ecr_credential_provider_url_of_another_release_is_refused(h100: dict[str, Any]) -> None:
+    h100["kubernetes"]["ecr_credential_provider"]["version"] = "1.36.2"
+    [finding] = findings(h100)
+    assert (finding.rule, finding.field) == (
+        "kubernetes.url-version",
+        "kubernetes.ecr_credential_provider.url",
+    )
+    assert "1.36.2" in finding.message
+
+
 # --- kubernetes.kubelet-skew -----------------------------------------------------------------------
 
 
