@@ -60,46 +60,17 @@ fi
 staging_version="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
 key="pin: kubernetes $pin"
 
-up_to_date() {
-    [ -f "$root/.gpuforge-complete" ] && [ "$(head -n 1 "$root/.gpuforge-complete")" = "$key" ]
-}
-if up_to_date; then
-    echo "==> kube test root: $root ($(tail -n +2 "$root/.gpuforge-complete" | paste -sd ';' -))"
-    exit 0
-fi
-if [ "$(id -u)" -ne 0 ]; then
-    echo "==> kube test root: skipped (needs root, as the Slurm root does); the API server tests will skip"
-    exit 0
-fi
-go="$(command -v go || echo /usr/local/go/bin/go)"
-if [ ! -x "$go" ]; then
-    echo "no Go toolchain (go on PATH or /usr/local/go/bin/go): it builds kube-apiserver $pin for the tests" >&2
-    exit 1
-fi
-mkdir -p "$(dirname "$root")"
-exec 9>"$root.lock"
-flock -w 3600 9
-if up_to_date; then
-    echo "==> kube test root: $root (built meanwhile)"
-    exit 0
-fi
-
-staging="$root.new"
-build="$root.build"
-apt_dir="$root.apt"
-log="$root.log"
-rm -rf "$staging" "$build" "$apt_dir"
-mkdir -p "$staging/usr/bin" "$build" "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/debs"
-: >"$log"
-fail() {
-    tail -n 20 "$log" >&2
-    echo "$1 (full log: $log)" >&2
-    exit 1
-}
-
-echo "==> kube test root: building kube-apiserver $pin (Go module k8s.io/kubernetes@v$pin) in $staging"
+# shellcheck source=scripts/lib-test-root.sh
+. scripts/lib-test-root.sh
 # shellcheck source=scripts/lib-go-module.sh
 . scripts/lib-go-module.sh
+test_root_exit_if_current kube test_root_marker_details
+test_root_skip_unless_root kube "needs root, as the Slurm root does" "the API server tests will skip"
+go_toolchain "kube-apiserver $pin"
+test_root_lock kube
+test_root_workspace
+
+echo "==> kube test root: building kube-apiserver $pin (Go module k8s.io/kubernetes@v$pin) in $staging"
 go_module_copy "$go" "k8s.io/kubernetes@v$pin" "is it in https://proxy.golang.org/k8s.io/kubernetes/@v/list ?"
 # The zip's vendor/ holds only an OWNERS file; without modules.txt it would only confuse -mod.
 rm -rf "$build/src/vendor"
@@ -150,11 +121,4 @@ case "$etcd_reported" in
 *) fail "etcd reports '$etcd_reported', not 3.5.x (kube-apiserver $pin supports etcd 3.5)" ;;
 esac
 printf '%s\n%s\n%s\n' "$key" "$apiserver_reported" "$etcd_reported" >"$staging/.gpuforge-complete"
-
-rm -rf "$root.old"
-if [ -d "$root" ]; then
-    mv "$root" "$root.old"
-fi
-mv "$staging" "$root"
-rm -rf "$root.old" "$build" "$apt_dir"
-echo "==> kube test root: $root ($(tail -n +2 "$root/.gpuforge-complete" | paste -sd ';' -))"
+test_root_install kube

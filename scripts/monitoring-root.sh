@@ -102,47 +102,17 @@ node_exporter_pin="$(awk '$1 == "node_exporter" {print $2}' <<<"$pins")"
 module="$(module_version "$prometheus_pin")"
 key="pins: prometheus $prometheus_pin, alertmanager $alertmanager_pin, node_exporter $node_exporter_pin"
 
-up_to_date() {
-    [ -f "$root/.gpuforge-complete" ] && [ "$(head -n 1 "$root/.gpuforge-complete")" = "$key" ]
-}
-if up_to_date; then
-    echo "==> monitoring test root: $root ($(tail -n +2 "$root/.gpuforge-complete" | paste -sd ';' -))"
-    exit 0
-fi
-if [ "$(id -u)" -ne 0 ]; then
-    echo "==> monitoring test root: skipped (needs root, as the Slurm root does); the promtool tests will skip"
-    exit 0
-fi
-go="$(command -v go || echo /usr/local/go/bin/go)"
-if [ ! -x "$go" ]; then
-    echo "no Go toolchain (go on PATH or /usr/local/go/bin/go): it builds Prometheus $prometheus_pin for the tests" >&2
-    exit 1
-fi
-mkdir -p "$(dirname "$root")"
-# One build at a time (two test runs may start together); the second finds the first's result.
-exec 9>"$root.lock"
-flock -w 3600 9
-if up_to_date; then
-    echo "==> monitoring test root: $root (built meanwhile)"
-    exit 0
-fi
-
-staging="$root.new"
-build="$root.build"
-apt_dir="$root.apt"
-log="$root.log"
-rm -rf "$staging" "$build" "$apt_dir"
-mkdir -p "$staging/usr/bin" "$build" "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/debs"
-: >"$log"
-fail() {
-    tail -n 20 "$log" >&2
-    echo "$1 (full log: $log)" >&2
-    exit 1
-}
-
-echo "==> monitoring test root: building Prometheus $prometheus_pin (Go module github.com/prometheus/prometheus@$module) in $staging"
+# shellcheck source=scripts/lib-test-root.sh
+. scripts/lib-test-root.sh
 # shellcheck source=scripts/lib-go-module.sh
 . scripts/lib-go-module.sh
+test_root_exit_if_current monitoring test_root_marker_details
+test_root_skip_unless_root monitoring "needs root, as the Slurm root does" "the promtool tests will skip"
+go_toolchain "Prometheus $prometheus_pin"
+test_root_lock monitoring
+test_root_workspace
+
+echo "==> monitoring test root: building Prometheus $prometheus_pin (Go module github.com/prometheus/prometheus@$module) in $staging"
 go_module_copy "$go" "github.com/prometheus/prometheus@$module" \
     "Prometheus $prometheus_pin; is that library tag in https://proxy.golang.org/github.com/prometheus/prometheus/@v/list ?"
 version_flags=(
@@ -197,11 +167,4 @@ reported="$(
         check_version prometheus-node-exporter "node_exporter, version ${node_exporter_pin%.*}."
 )" || exit 1
 printf '%s\n%s\n' "$key" "$reported" >"$staging/.gpuforge-complete"
-
-rm -rf "$root.old"
-if [ -d "$root" ]; then
-    mv "$root" "$root.old"
-fi
-mv "$staging" "$root"
-rm -rf "$root.old" "$build" "$apt_dir"
-echo "==> monitoring test root: $root ($(tail -n +2 "$root/.gpuforge-complete" | paste -sd ';' -))"
+test_root_install monitoring

@@ -14,16 +14,12 @@ mirror="${GPUFORGE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 # slurmdbd, mariadb-server, mariadb-client: Slurm accounting on a real database (tests/scheduler/
 # test_accounting_daemons.py); sacct and sacctmgr come with slurm-client.
 packages="slurmctld,slurmd,slurm-client,slurmdbd,mariadb-server,mariadb-client,python3"
-marker="packages=$packages"
+key="packages=$packages"
 
-if [ -f "$root/.gpuforge-complete" ] && [ "$(cat "$root/.gpuforge-complete")" = "$marker" ]; then
-    echo "==> Slurm test root: $root ($(chroot "$root" slurmd -V))"
-    exit 0
-fi
-if [ "$(id -u)" -ne 0 ]; then
-    echo "==> Slurm test root: skipped (needs root for debootstrap and chroot); the real-daemon tests will skip"
-    exit 0
-fi
+# shellcheck source=scripts/lib-test-root.sh
+. scripts/lib-test-root.sh
+test_root_exit_if_current Slurm chroot "$root" slurmd -V
+test_root_skip_unless_root Slurm "needs root for debootstrap and chroot" "the real-daemon tests will skip"
 if ! command -v debootstrap >/dev/null 2>&1; then
     echo "==> installing Debian package: debootstrap"
     apt-get update -qq
@@ -40,7 +36,7 @@ debootstrap --variant=minbase --include="$packages" \
     tail -n 20 "$root.log"
     exit 1
 }
-echo "$marker" >"$new/.gpuforge-complete"
+echo "$key" >"$new/.gpuforge-complete"
 # An overlay names its lower folder by the path it was mounted with: a root in use is one some
 # mount's lowerdir= names.
 in_use() { grep -q "lowerdir=$(realpath "$root")[,:]" /proc/mounts; }
