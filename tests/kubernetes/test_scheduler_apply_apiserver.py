@@ -272,6 +272,27 @@ def test_a_removed_team_prunes_its_queues_and_nothing_else(
     assert _exists(api, KUEUE_API, "LocalQueue", "llm", "llm")
 
 
+def test_an_object_another_gpuforge_cluster_owns_is_refused_before_anything_is_applied(
+    with_kueue: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api = _api(with_kueue)
+    classes = api.resources.get(api_version="scheduling.k8s.io/v1", kind="PriorityClass")
+    labels = {MANAGED_BY_LABEL: MANAGED_BY, CLUSTER_LABEL: "other-cluster"}
+    classes.create(
+        body={
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "production", "labels": labels},
+            "value": 5,
+        }
+    )
+    assert _apply(with_kueue, _stack_dir(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "PriorityClass production (gpuforge cluster other-cluster)" in err and "Nothing was applied" in err
+    assert not _exists(api, "v1", "Namespace", "llm")
+    assert classes.get(name="production").value == 5
+
+
 def test_kueue_missing_exits_2_with_the_helm_command_and_applies_nothing(
     bare: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
