@@ -49,6 +49,10 @@ class Image(_Strict):
     digest: str | None
     digest_source: str | None = None
     unsourced: str | None = None
+    # AWS serves the image from each region's EKS add-on registry (gpuforge/data/eks_image_registries.yaml):
+    # `repository` names one region's copy, and a stack's nodes pull their own region's
+    # (`gpuforge.kubernetes.ecr_images`). Unsourced, its digest is read from ECR by `scheduler apply`.
+    regional: bool = False
 
     @model_validator(mode="after")
     def _sourced(self) -> Image:

@@ -512,11 +512,15 @@ def apply_stack(
     dry_run: bool,
     prune: bool,
     report: Callable[[str], None],
+    ecr: Any,
 ) -> list[Change]:
-    """Apply a `type: kubernetes` stack's rendered objects (see the module docstring); report each change."""
+    """Apply a `type: kubernetes` stack's rendered objects (see the module docstring); report each change.
+
+    `ecr`, a boto3 ECR client in the stack's region, reads the digests of the images AWS publishes for EKS
+    without one (`manifests.stack_addons`), before anything else, so a tag ECR lacks is refused first."""
     from kubernetes.dynamic import DynamicClient
 
-    objects = ordered(objects_of(stack_addons(config)))
+    objects = ordered(objects_of(stack_addons(config, ecr=ecr)))
     cluster = config.stack
     api_client = connect(kubeconfig, context)
     host = str(api_client.configuration.host)

@@ -17,12 +17,15 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from gpuforge.errors import GpuforgeError, InputError
+from gpuforge.errors import GpuforgeError, InputError, no_aws_credentials
+
+if TYPE_CHECKING:
+    from gpuforge.kubernetes.addons import Image
 
 REGISTRIES_FILE = "data/eks_image_registries.yaml"
 # `<account>.dkr.ecr.<region>.amazonaws.com[.cn]`: the account is the registry id DescribeImages takes.
@@ -73,7 +76,7 @@ def resolve_digest(ecr: Any, repository: str, tag: str) -> str:
     `ecr` is a boto3 ECR client in the registry's region. A missing repository or tag is a bad pin
     (exit 2, the fix named); any other AWS failure is worth running again (exit 1).
     """
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     host, path = repository.split("/", 1)
     match = _ECR_HOST.fullmatch(host)
@@ -98,6 +101,8 @@ def resolve_digest(ecr: Any, repository: str, tag: str) -> str:
             "Fix: check the credentials can call ecr:DescribeImages, then run again.",
             exit_code=1,
         ) from None
+    except NoCredentialsError:
+        raise no_aws_credentials("gpuforge scheduler apply") from None
     except BotoCoreError as error:
         raise GpuforgeError(
             f"{repository}:{tag}: ECR could not be reached ({error}); nothing was applied. Fix: run again "
@@ -113,3 +118,16 @@ def resolve_digest(ecr: Any, repository: str, tag: str) -> str:
             exit_code=1,
         )
     return next(iter(digests))
+
+
+def with_digest(image: Image, digest: str, region: str) -> Image:
+    """`image` pinned to the digest ECR gave, the source saying so (the apply report and index show it)."""
+    return type(image).model_validate(
+        {
+            **image.model_dump(),
+            "digest": digest,
+            "digest_source": f"ECR DescribeImages of {image.repository}:{image.tag} in {region}, read by "
+            "gpuforge scheduler apply",
+            "unsourced": None,
+        }
+    )

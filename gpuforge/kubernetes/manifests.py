@@ -107,8 +107,12 @@ def render_addons(
     groups: Sequence[GpuNodeGroup],
     teams: Sequence[TeamLike],
     qos: Sequence[QosLike],
+    place: Callable[[Image], Image] | None = None,
 ) -> dict[str, str]:
     """Every file of the cluster's Kubernetes add-ons and Kueue objects: relative path -> text.
+
+    `place` gives each add-on image as the cluster's nodes pull it (`stack_addons`: the stack region's copy of
+    an image AWS serves per region, with the digest ECR names when applying); None keeps the pins as they are.
 
     Raises InputError for a team or QOS block Kubernetes cannot carry (a name that is not a DNS
     label, a preemption Kueue's priority order cannot say), or for an object that breaks a mandatory
@@ -144,6 +148,8 @@ def render_addons(
     }
     for name, build in builders.items():
         addon = table.addons[name]
+        if place is not None:
+            addon = addon.model_copy(update={"images": tuple(place(image) for image in addon.images)})
         built = _addon_objects(addon, build)
         index["addons"][name] = _index_entry(addon, [_path(obj) for obj in built])
         objects += built
@@ -175,17 +181,32 @@ def render_addons(
     return dict(sorted(files.items()))
 
 
-def stack_addons(config: StackConfig) -> dict[str, str]:
+def stack_addons(config: StackConfig, *, ecr: Any | None = None) -> dict[str, str]:
     """The add-on files of a stack's cluster: its GPU node group (named as components.eks_nodes
-    names it) and the `gpuforge:scheduler` teams and QOS the Slurm accounts are made from."""
+    names it) and the `gpuforge:scheduler` teams and QOS the Slurm accounts are made from.
+
+    An image AWS serves per region is the stack region's copy. With `ecr` (a boto3 ECR client in the stack's
+    region: `scheduler apply`), such an image with no published digest gets the digest ECR names for its tag
+    now (`gpuforge.kubernetes.ecr_images`); without it (`scheduler render`, offline) it stays unrendered."""
     from gpuforge import hardware
+    from gpuforge.kubernetes import ecr_images
+
+    def place(image: Image) -> Image:
+        if not image.regional:
+            return image
+        local = image.model_copy(update={"repository": ecr_images.in_region(image.repository, config.region)})
+        if local.digest is not None or ecr is None:
+            return local
+        return ecr_images.with_digest(
+            local, ecr_images.resolve_digest(ecr, local.repository, local.tag), config.region
+        )
 
     group = GpuNodeGroup(
         name=f"{config.stack}-gpu",
         instance_type=hardware.get(config.instance_type),
         node_count=config.node_count,
     )
-    return render_addons(config.stack, [group], config.scheduler.teams, config.scheduler.qos)
+    return render_addons(config.stack, [group], config.scheduler.teams, config.scheduler.qos, place)
 
 
 def objects_of(files: dict[str, str]) -> list[dict[str, Any]]:

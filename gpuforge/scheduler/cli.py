@@ -211,6 +211,8 @@ def _apply(args: argparse.Namespace) -> int:
             "`scheduler apply` applies a Kubernetes stack's objects. Fix: pass a `type: kubernetes` stack (a Slurm "
             "stack's controller takes its files from `pulumi up`)."
         )
+    import boto3
+
     apply_stack(
         config,
         stack_dir=str(args.stack_dir),
@@ -219,6 +221,7 @@ def _apply(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         prune=args.prune,
         report=print,
+        ecr=boto3.client("ecr", region_name=config.region),
     )
     return 0
 

@@ -257,6 +257,11 @@ def open_api_server(folder: Path) -> Iterator[ApiServer]:
                     # versions", https://docs.aws.amazon.com/eks/latest/userguide/platform-versions.html:
                     # every platform version enables NodeRestriction and ExtendedResourceToleration).
                     "--enable-admission-plugins=NodeRestriction,ExtendedResourceToleration",
+                    # EKS admits privileged containers: its own VPC CNI DaemonSet runs its init container
+                    # privileged (aws/amazon-vpc-cni-k8s config/master/aws-k8s-cni.yaml, aws-vpc-cni-init,
+                    # securityContext.privileged: true), as the EFA device plugin does. kube-apiserver's
+                    # default is to refuse them.
+                    "--allow-privileged=true",
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import json
+from typing import Any
 
+import boto3
 import pytest
 
 from gpuforge import hardware
 from gpuforge.components.specs import QosSpec, TeamSpec, TeamUser
-from gpuforge.kubernetes.addons import Image
+from gpuforge.kubernetes.addons import Image, pins
 from gpuforge.kubernetes.kueue import GpuNodeGroup
 
 # The Kubernetes versions whose official schemas the rendered core objects are checked against:
@@ -47,3 +50,47 @@ def test_image() -> Image:
         digest="sha256:" + hashlib.sha256(b"gpuforge test image").hexdigest(),
         digest_source="test input",
     )
+
+
+# AWS's EKS add-on account in us-east-1, the shipped p5-eks stack's region (gpuforge/data/eks_image_registries.yaml).
+EKS_ADDON_ACCOUNT = "602401143452"
+EFA_REPOSITORY = "eks/aws-efa-k8s-device-plugin"
+
+
+def publish_efa_plugin(moto_server: str, monkeypatch: pytest.MonkeyPatch, region: str) -> Any:
+    """moto's ECR as AWS's add-on registry in `region`, holding the EFA plugin's repository, and this process's
+    AWS environment pointed at it (what `gpuforge scheduler apply`'s boto3 client reads); returns the ECR client.
+
+    moto keeps one backend per account and takes the caller's account from its credentials, so the fixture
+    assumes a role in the add-on account (moto's STS) and both publishes and reads as that account.
+    """
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    sts = boto3.client("sts", region_name=region, endpoint_url=moto_server)
+    role = f"arn:aws:iam::{EKS_ADDON_ACCOUNT}:role/publisher"
+    credentials = sts.assume_role(RoleArn=role, RoleSessionName="test")["Credentials"]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", credentials["AccessKeyId"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", credentials["SecretAccessKey"])
+    monkeypatch.setenv("AWS_SESSION_TOKEN", credentials["SessionToken"])
+    # boto3's default session keeps the credentials it first found: a fresh one reads the environment above.
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+    client = boto3.client("ecr", region_name=region)
+    client.create_repository(repositoryName=EFA_REPOSITORY)
+    return client
+
+
+def push_image(ecr: Any, tag: str) -> str:
+    """An image under `tag` in the EFA plugin's repository; its digest as ECR gives it (moto computes it)."""
+    manifest = json.dumps(
+        {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "tag": tag}
+    )
+    ecr.put_image(repositoryName=EFA_REPOSITORY, imageManifest=manifest, imageTag=tag)
+    answer = ecr.describe_images(repositoryName=EFA_REPOSITORY, imageIds=[{"imageTag": tag}])
+    return str(answer["imageDetails"][0]["imageDigest"])
+
+
+def pinned_efa_tag() -> str:
+    """The EFA device plugin's tag gpuforge pins (gpuforge/data/kubernetes_addons.yaml)."""
+    return pins().addons["aws-efa-k8s-device-plugin"].images[0].tag

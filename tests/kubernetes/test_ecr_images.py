@@ -2,72 +2,46 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
+import yaml
+from kube_support import EFA_REPOSITORY, pinned_efa_tag, publish_efa_plugin, push_image
 
 from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.kubernetes import ecr_images
+from gpuforge.kubernetes.check import check_object
+from gpuforge.kubernetes.manifests import stack_addons
 from gpuforge.regions import aws_regions
 
-ACCOUNT = "602401143452"  # AWS's EKS add-on account in us-west-2 (gpuforge/data/eks_image_registries.yaml)
-REGION = "us-west-2"
+ACCOUNT = "602401143452"  # AWS's EKS add-on account in us-east-1 (gpuforge/data/eks_image_registries.yaml)
+REGION = "us-east-1"  # the shipped p5-eks stack's aws:region
+STACKS = Path(__file__).resolve().parents[2] / "stacks" / "training"
 REPOSITORY = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/eks/aws-efa-k8s-device-plugin"
-TAG = "v0.5.21-eksbuild.9"
+TAG = pinned_efa_tag()
 
 
 @pytest.fixture
 def ecr(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """An ECR client acting in AWS's add-on account, where moto holds the plugin's repository and tag.
-
-    moto keeps one backend per account and resolves the caller's account from its credentials, so the
-    test assumes a role in that account (moto's STS) and reads the registry as that account.
-    """
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    sts = boto3.client("sts", region_name=REGION, endpoint_url=moto_server)
-    credentials = sts.assume_role(RoleArn=f"arn:aws:iam::{ACCOUNT}:role/publisher", RoleSessionName="test")[
-        "Credentials"
-    ]
-    client = boto3.client(
-        "ecr",
-        region_name=REGION,
-        endpoint_url=moto_server,
-        aws_access_key_id=credentials["AccessKeyId"],
-        aws_secret_access_key=credentials["SecretAccessKey"],
-        aws_session_token=credentials["SessionToken"],
-    )
-    client.create_repository(repositoryName="eks/aws-efa-k8s-device-plugin")
+    client = publish_efa_plugin(moto_server, monkeypatch, REGION)
     yield client
-    client.delete_repository(repositoryName="eks/aws-efa-k8s-device-plugin", force=True)
-
-
-def _push(ecr: Any, tag: str) -> None:
-    """An image under `tag` (moto computes its digest; the test reads it back from DescribeImages)."""
-    manifest = json.dumps(
-        {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "tag": tag}
-    )
-    ecr.put_image(repositoryName="eks/aws-efa-k8s-device-plugin", imageManifest=manifest, imageTag=tag)
+    client.delete_repository(repositoryName=EFA_REPOSITORY, force=True)
 
 
 def test_the_digest_is_the_one_ecr_gives_for_the_pinned_tag(ecr: Any) -> None:
-    _push(ecr, "v0.5.19")
-    _push(ecr, TAG)
+    push_image(ecr, "v0.5.19")
+    published = push_image(ecr, TAG)
     found = ecr_images.resolve_digest(ecr, REPOSITORY, TAG)
-    described = ecr.describe_images(
-        repositoryName="eks/aws-efa-k8s-device-plugin", imageIds=[{"imageTag": TAG}]
-    )
-    assert found == described["imageDetails"][0]["imageDigest"]
+    assert found == published
     assert found.startswith("sha256:") and len(found) == 71
     assert found != ecr_images.resolve_digest(ecr, REPOSITORY, "v0.5.19")
 
 
 def test_a_tag_ecr_does_not_have_is_a_bad_pin_with_the_command_to_check(ecr: Any) -> None:
-    _push(ecr, TAG)
+    push_image(ecr, TAG)
     with pytest.raises(InputError) as caught:
         ecr_images.resolve_digest(ecr, REPOSITORY, "v9.9.9")
     message = str(caught.value)
@@ -109,3 +83,47 @@ def test_an_image_moves_to_the_stacks_region_and_an_unknown_region_is_refused() 
     with pytest.raises(InputError, match="no EKS add-on image registry for region 'ap-east-2'"):
         ecr_images.addon_registry("ap-east-2")
     assert not ecr_images.is_aws_ecr("nvcr.io/nvidia/k8s-device-plugin")
+
+
+def _eks_stack() -> Any:
+    from gpuforge.stack_config import load_stack_config
+
+    return load_stack_config(STACKS, "p5-eks")
+
+
+def _efa_daemonset(files: dict[str, str]) -> dict[str, Any] | None:
+    found = [
+        yaml.safe_load(text)
+        for path, text in files.items()
+        if path.startswith("daemonset/") and "efa" in path
+    ]
+    return found[0] if found else None
+
+
+def test_render_offline_leaves_the_efa_plugin_out_and_names_the_stacks_regional_copy() -> None:
+    config = _eks_stack()
+    files = stack_addons(config)
+    assert _efa_daemonset(files) is None
+    entry = yaml.safe_load(files["index.yaml"])["addons"]["aws-efa-k8s-device-plugin"]
+    assert entry["rendered"] is False
+    registry = ecr_images.addon_registry(config.region)
+    assert entry["images"][0]["repository"] == f"{registry}/eks/aws-efa-k8s-device-plugin"
+
+
+def test_apply_renders_the_efa_plugin_by_the_digest_ecr_gives_in_the_stacks_region(ecr: Any) -> None:
+    config = _eks_stack()
+    assert config.region == REGION, "the shipped p5-eks stack's region is the one the fixture publishes in"
+    digest = push_image(ecr, TAG)
+    files = stack_addons(config, ecr=ecr)
+    daemonset = _efa_daemonset(files)
+    assert daemonset is not None
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"{REPOSITORY}@{digest}"
+    assert check_object(daemonset, "efa daemonset") == []  # by digest: the policy pack takes it
+    entry = yaml.safe_load(files["index.yaml"])["addons"]["aws-efa-k8s-device-plugin"]
+    assert entry["rendered"] is True
+    assert entry["images"][0]["digest"] == digest
+    assert (
+        "ECR DescribeImages" in entry["images"][0]["digest_source"]
+        and REGION in entry["images"][0]["digest_source"]
+    )

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from kube_cluster import REPO, ApiServer, open_api_server
+from kube_support import EFA_REPOSITORY, pinned_efa_tag, publish_efa_plugin, push_image
 from kubernetes import client, config, dynamic
 from kubernetes.client.exceptions import ApiException
 
@@ -126,8 +127,23 @@ def _apply(server: ApiServer | Path, stack_dir: Path, *flags: str) -> int:
     )
 
 
+@pytest.fixture(autouse=True)
+def efa_registry(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """AWS's EKS add-on registry of the stack's region (moto), holding the pinned EFA plugin tag: apply reads its
+    digest there (gpuforge.kubernetes.ecr_images), through the environment this fixture points at moto."""
+    region = load_stack_config(STACKS, STACK).region
+    ecr = publish_efa_plugin(moto_server, monkeypatch, region)
+    push_image(ecr, pinned_efa_tag())
+    yield ecr
+    ecr.delete_repository(repositoryName=EFA_REPOSITORY, force=True)
+
+
 def _rendered(stack_dir: Path) -> list[dict[str, Any]]:
-    return objects_of(stack_addons(load_stack_config(stack_dir, STACK)))
+    """What apply sends: the render with the EFA plugin's digest from the registry."""
+    import boto3
+
+    config = load_stack_config(stack_dir, STACK)
+    return objects_of(stack_addons(config, ecr=boto3.client("ecr", region_name=config.region)))
 
 
 def _read(api: dynamic.DynamicClient, obj: dict[str, Any]) -> Any:
