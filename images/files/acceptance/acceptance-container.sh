@@ -8,7 +8,7 @@
 # no kernel and no driver of its own (the node's, through the NVIDIA container runtime and the EFA device plugin)
 # and no systemd.
 set -euo pipefail
-# shellcheck source=lib.sh
+# shellcheck source=../../scripts/lib.sh  # copied beside this script in the build context
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 load_matrix
 
