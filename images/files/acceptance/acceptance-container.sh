@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# shellcheck source-path=SCRIPTDIR disable=SC2153 # GPUFORGE_* values come from matrix.env
+# shellcheck source-path=SCRIPTDIR source-path=SCRIPTDIR/../../scripts disable=SC2153 # lib.sh: beside it in the build context, images/scripts in the repository; GPUFORGE_* come from matrix.env
 # The acceptance container's build steps, one per argument (the Dockerfile `gpuforge image acceptance-container`
 # renders runs them in order). Every value is the matrix's, from matrix.env, which gpuforge writes as it does for
 # the AMI; the helpers are the AMI's lib.sh: each download checked against its sha256 (download_checked), each
@@ -8,7 +8,7 @@
 # no kernel and no driver of its own (the node's, through the NVIDIA container runtime and the EFA device plugin)
 # and no systemd.
 set -euo pipefail
-# shellcheck source=../../scripts/lib.sh  # copied beside this script in the build context
+# shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 load_matrix
 
