@@ -5,12 +5,14 @@ is the other way to launch its runs (`KubernetesLauncher`, a `Launcher` like `Sl
 
 - a single-node run (`dcgmi diag`, the NVLink all_reduce_perf) is a `batch/v1` Job of one pod
   pinned to its node by `kubernetes.io/hostname`;
-- a multi-node run (a pair of the slow-node search, or the whole cluster) is a Kubeflow
-  `MPIJob` (`kubeflow.org/v2beta1`): one worker pod per node, and a launcher pod whose
-  `mpirun` starts one rank per GPU, as AWS's EKS sample does
-  (aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/kubernetes/nccl-tests.yaml,
-  commit 50820097a734ff9300a05149b6a60ed5eb7f91af). nccl-tests need MPI across nodes (built with
-  MPI=1, as images/scripts/55-nccl-tests.sh builds them), and Kueue admits MPIJobs as one gang.
+- a multi-node run (a pair of the slow-node search, or the whole cluster) is an Indexed
+  `batch/v1` Job with a headless Service and a per-run ssh key (gpuforge.validate.kubernetes_mpi):
+  one pod per node, index 0's `mpirun` starting one rank per GPU over ssh, as AWS's EKS sample
+  does with an MPIJob (aws-samples/awsome-distributed-training
+  micro-benchmarks/nccl-tests/kubernetes/nccl-tests.yaml, commit
+  50820097a734ff9300a05149b6a60ed5eb7f91af), but from built-in objects only: no MPI operator to
+  install. nccl-tests need MPI across nodes (built with MPI=1, as images/scripts/55-nccl-tests.sh
+  builds them), and Kueue admits a Job's pods as one gang.
 
 Every workload carries the team's LocalQueue (`kueue.x-k8s.io/queue-name`) and is created
 suspended, so nothing runs until Kueue admits it. A pair whose two nodes share the lowest
@@ -25,7 +27,7 @@ Decisions, with why:
   only MPI's and NCCL's bootstrap use it.
 - A container image pinned by digest, not the host's binaries: the AMI's nccl-tests are linked
   against the host's Open MPI, NCCL and glibc under paths a container would have to mount one by
-  one, and MPIJob's launcher reaches the workers over ssh inside the image. The image must carry
+  one, and index 0 reaches the other pods over ssh inside the image. The image must carry
   all_reduce_perf on PATH, Open MPI's mpirun, sshd, the EFA libfabric and aws-ofi-nccl (AWS's
   nccl-tests.Dockerfile in the same folder builds such an image), and `dcgmi`; gpuforge builds no
   such image yet, so `gpuforge validate --image REPOSITORY@sha256:...` names it.
@@ -50,21 +52,14 @@ from gpuforge.hardware import InstanceType
 from gpuforge.kubernetes.addons import Image, pins
 from gpuforge.kubernetes.kueue import GPU_RESOURCE, HOSTNAME_LABEL, LAYER_LABEL
 from gpuforge.node.context import expects_efa
+from gpuforge.validate import kubernetes_mpi
 from gpuforge.validate.run import PROFILE_PAUSE, PROFILE_RESUME, Outputs, Plan
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
-MPIJOB_API = "kubeflow.org/v2beta1"
 RUN_LABEL = "gpuforge.dev/acceptance"
-# The labels Kubernetes and the MPI operator put on a workload's pods, to find them for their logs.
-JOB_POD_LABEL = "batch.kubernetes.io/job-name"
-MPI_JOB_LABEL = "training.kubeflow.org/job-name"
-MPI_ROLE_LABEL = "training.kubeflow.org/job-role"
-# Open MPI's own traffic over TCP on the pod network, not over the EFA devices NCCL uses
-# (the same --mca settings as AWS's EKS sample named in the module docstring).
-MPI_MCA = ("--mca", "pml", "^cm,ucx", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_exclude", "lo,docker0")
 _DIGEST_REF = re.compile(r"(?P<repository>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})")
 POLL_S = 5.0
 
@@ -97,7 +92,7 @@ class Workloads:
     timeout_s: float = 900.0
 
 
-def _labels(settings: Workloads) -> dict[str, str]:
+def labels(settings: Workloads) -> dict[str, str]:
     return {QUEUE_LABEL: settings.queue, RUN_LABEL: settings.run_id}
 
 
@@ -142,7 +137,7 @@ def node_job(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": settings.namespace, "labels": _labels(settings)},
+        "metadata": {"name": name, "namespace": settings.namespace, "labels": labels(settings)},
         "spec": {
             "suspend": True,
             "backoffLimit": 0,
@@ -166,82 +161,21 @@ def topology_annotation(
     return {(REQUIRED_TOPOLOGY if same else PREFERRED_TOPOLOGY): level}
 
 
-def mpi_job(
+def nccl_run(
     plan: Plan,
     settings: Workloads,
     name: str,
     group: Sequence[str],
     node_labels: Mapping[str, Mapping[str, str]],
-) -> dict[str, Any]:
-    """An MPIJob over exactly the nodes of `group`: a worker per node, one rank per GPU, the Slurm run's env."""
-    gpus = plan.instance_type.gpu_count
-    env = plan.env
-    exports = [item for key in sorted(env) for item in ("-x", key)]
-    launcher_command = [
-        "mpirun",
-        "--allow-run-as-root",
-        "-np",
-        str(gpus * len(group)),
-        "-N",
-        str(gpus),
-        "--bind-to",
-        "none",
-        *exports,
-        *MPI_MCA,
-        *plan.all_reduce_command(),
-    ]
-    worker = _gpu_pod_spec(plan, settings, ["/usr/sbin/sshd", "-De"], env)
-    worker["affinity"] = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": sorted(group)}]}
-                ]
-            }
-        },
-        # One worker per node: a pair is two nodes, never two pods on one.
-        "podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {MPI_JOB_LABEL: name}}, "topologyKey": HOSTNAME_LABEL}
-            ]
-        },
-    }
-    launcher = {
-        "restartPolicy": "Never",
-        "containers": [
-            {
-                "name": "launcher",
-                "image": settings.image.reference,
-                "command": launcher_command,
-                "env": _env(env),
-            }
-        ],
-    }
-    worker_meta = {
-        "labels": {RUN_LABEL: settings.run_id},
-        "annotations": topology_annotation(plan, group, node_labels),
-    }
-    return {
-        "apiVersion": MPIJOB_API,
-        "kind": "MPIJob",
-        "metadata": {"name": name, "namespace": settings.namespace, "labels": _labels(settings)},
-        "spec": {
-            "slotsPerWorker": gpus,
-            "runPolicy": {
-                "suspend": True,
-                "backoffLimit": 0,
-                "activeDeadlineSeconds": int(settings.timeout_s),
-                "cleanPodPolicy": "Running",
-            },
-            "mpiReplicaSpecs": {
-                "Launcher": {
-                    "replicas": 1,
-                    "template": {"metadata": {"labels": {RUN_LABEL: settings.run_id}}, "spec": launcher},
-                },
-                "Worker": {"replicas": len(group), "template": {"metadata": worker_meta, "spec": worker}},
-            },
-        },
-    }
+    keys: tuple[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """A multi-node run over exactly `group` (Secret, headless Service, Indexed Job): one rank per GPU, the Slurm
+    run's env, a fresh ssh key unless `keys` is given."""
+    pod = _gpu_pod_spec(plan, settings, [], plan.env)
+    topology = topology_annotation(plan, group, node_labels)
+    return kubernetes_mpi.mpi_run(
+        plan, settings, name, group, topology, pod, keys or kubernetes_mpi.keypair()
+    )
 
 
 def diag_script(level: int) -> str:
@@ -316,8 +250,8 @@ class Cluster:
         return "".join(self._core.read_namespaced_pod_log(pod.metadata.name, namespace) for pod in pods)
 
 
-# A finished workload's condition: Job (Complete/Failed) and MPIJob (Succeeded/Failed).
-_DONE = {"Complete": True, "Succeeded": True, "Failed": False}
+# A finished Job's condition (an Indexed Job meeting its successPolicy gets SuccessCriteriaMet, then Complete).
+_DONE = {"Complete": True, "Failed": False}
 
 
 @dataclass
@@ -340,36 +274,41 @@ class KubernetesLauncher:
 
     def diag_steps(self, plan: Plan) -> Outputs:
         jobs = [diag_job(plan, self.settings, self._name("diag"), node) for node in plan.nodes]
-        return self.run_all(jobs, f"dcgmi diag -r {plan.diag_level}")
+        return self.run_all([[job] for job in jobs], f"dcgmi diag -r {plan.diag_level}")
 
     def all_reduce_steps(
         self, plan: Plan, groups: Sequence[Sequence[str]], what: str, *, gpus_per_task: int = 1
     ) -> Outputs:
-        objects = [
-            nvlink_job(plan, self.settings, self._name("nvlink"), group[0])
+        runs = [
+            [nvlink_job(plan, self.settings, self._name("nvlink"), group[0])]
             if len(group) == 1
-            else mpi_job(plan, self.settings, self._name("nccl"), group, self.node_labels)
+            else nccl_run(plan, self.settings, self._name("nccl"), group, self.node_labels)
             for group in groups
         ]
-        return self.run_all(objects, what)
+        return self.run_all(runs, what)
 
-    def run_all(self, objects: Sequence[Mapping[str, Any]], what: str) -> Outputs:
-        """Create every workload, wait for each (one deadline for the round), and read its pods' logs."""
+    def run_all(self, runs: Sequence[Sequence[Mapping[str, Any]]], what: str) -> Outputs:
+        """Create every run's objects (its Job last), wait for each Job (one deadline for the round), read its
+        pods' logs, then delete the run's other objects (a multi-node run's Secret and Service)."""
         from kubernetes.client.exceptions import ApiException
 
-        for obj in objects:
-            self.cluster.create(obj)
+        for objects in runs:
+            for obj in objects:
+                self.cluster.create(obj)
         deadline = time.monotonic() + self.settings.timeout_s
         results: Outputs = []
-        for done, obj in enumerate(objects, start=1):
-            problem = self._wait(obj, deadline)
+        for done, objects in enumerate(runs, start=1):
+            *companions, job = objects
+            problem = self._wait(job, deadline)
             try:
-                text = self.cluster.logs(self.settings.namespace, _pod_selector(obj))
+                text = self.cluster.logs(self.settings.namespace, _pod_selector(job))
             except ApiException as error:
                 text = ""
                 problem = problem or f"its pods' logs could not be read: {error.status} {error.reason}"
+            for obj in companions:
+                self.cluster.delete(obj)
             results.append((text, problem))
-            self.progress(f"validate: {what}: {done}/{len(objects)} done")
+            self.progress(f"validate: {what}: {done}/{len(runs)} done")
         return results
 
     def _wait(self, obj: Mapping[str, Any], deadline: float) -> str | None:
@@ -392,12 +331,11 @@ class KubernetesLauncher:
             time.sleep(min(self.poll_s, max(0.0, deadline - time.monotonic())))
 
 
-def _pod_selector(obj: Mapping[str, Any]) -> str:
-    """The pods whose log is the run's output: the Job's pod, or the MPIJob's launcher (mpirun gathers every rank)."""
-    name = obj["metadata"]["name"]
-    if obj["kind"] == "MPIJob":
-        return f"{MPI_JOB_LABEL}={name},{MPI_ROLE_LABEL}=launcher"
-    return f"{JOB_POD_LABEL}={name}"
+def _pod_selector(job: Mapping[str, Any]) -> str:
+    """The pod whose log is the run's output: a one-pod Job's pod, or an Indexed Job's index 0 (mpirun there)."""
+    if job["spec"].get("completionMode") == "Indexed":
+        return kubernetes_mpi.launcher_selector(job)
+    return f"{kubernetes_mpi.JOB_POD_LABEL}={job['metadata']['name']}"
 
 
 def by_switch(nodes: Mapping[str, Mapping[str, str]], layers: int) -> tuple[str, ...]:

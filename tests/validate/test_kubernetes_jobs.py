@@ -1,15 +1,17 @@
 """The acceptance's Kubernetes workloads: their manifests, and the judging of what they print.
 
 Manifests are checked against the official Kubernetes schemas (kubernetes-validate, strict) of
-the EKS versions in standard support; an MPIJob's launcher and worker templates are checked as
-core PodTemplates (the MPIJob CRD itself is not vendored). The launcher's judging runs
-`run_acceptance` over pod logs that are published outputs (tests/fixtures/validate). The
-single-node Jobs are created on a real kube-apiserver (tests/kubernetes/kube_cluster.py; no
-kubelet, scheduler or Kueue runs there: creation and server-side validation only).
+the EKS versions in standard support, and the policy pack's offline check (check_object). The
+launcher's judging runs `run_acceptance` over pod logs that are published outputs
+(tests/fixtures/validate). The Jobs, and a multi-node run's Secret, headless Service and Indexed
+Job, are created on a real kube-apiserver (tests/kubernetes/kube_cluster.py; no kubelet,
+scheduler or Kueue runs there: creation and server-side validation only).
 """
 
 from __future__ import annotations
 
+import base64
+import shlex
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -49,44 +51,100 @@ def _env(container: Mapping[str, Any]) -> dict[str, str]:
     return {item["name"]: item["value"] for item in container["env"]}
 
 
+KEYS = kj.kubernetes_mpi.keypair()
+
+
+def nccl(nodes: tuple[str, ...] = NODES, labels: Mapping[str, Mapping[str, str]] | None = None) -> list[Any]:
+    return kj.nccl_run(plan(nodes), settings(), "gpuforge-t1-nccl-3", nodes, labels or {}, KEYS)
+
+
+def nodes_of(count: int) -> tuple[str, ...]:
+    return tuple(f"node-{index}" for index in range(count))
+
+
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_jobs_fit_the_official_schema(version: str) -> None:
     job_plan = plan()
     for job in (
         kj.diag_job(job_plan, settings(), "d", "node-a"),
         kj.nvlink_job(job_plan, settings(), "n", "node-a"),
+        *nccl(),
     ):
         kubernetes_validate.validate(job, version, strict=True)
-    mpi = kj.mpi_job(job_plan, settings(), "p", NODES, {})
-    for role, replica in mpi["spec"]["mpiReplicaSpecs"].items():
-        template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": role.lower()}}
-        kubernetes_validate.validate(template | {"template": replica["template"]}, version, strict=True)
 
 
-def test_pair_worker_takes_the_whole_node_through_kueue() -> None:
-    job = kj.mpi_job(plan(), settings(), "p", NODES, {})
-    assert job["metadata"]["labels"][kj.QUEUE_LABEL] == "llm"
-    assert job["spec"]["runPolicy"]["suspend"] is True
-    worker = job["spec"]["mpiReplicaSpecs"]["Worker"]
-    assert worker["replicas"] == 2
-    pod = worker["template"]["spec"]
+def test_the_policy_pack_takes_every_workload() -> None:
+    """Image by digest, the GPU taint tolerated, requests equal to limits, /dev/shm: no finding on any of them."""
+    from gpuforge.kubernetes.check import check_object
+
+    for obj in (kj.diag_job(plan(), settings(), "d", "node-a"), *nccl(), *nccl(nodes_of(4))):
+        assert check_object(obj, obj["kind"]) == [], obj["kind"]
+
+
+@pytest.mark.parametrize("count", [2, 4])
+def test_multi_node_run_is_an_indexed_job_that_ends_with_index_0(count: int) -> None:
+    nodes = nodes_of(count)
+    secret, service, job = nccl(nodes)
+    assert [secret["kind"], service["kind"], job["kind"]] == ["Secret", "Service", "Job"]
+    spec = job["spec"]
+    assert job["metadata"]["labels"][kj.QUEUE_LABEL] == "llm" and spec["suspend"] is True
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", count, count)
+    assert spec["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
+    assert spec["backoffLimit"] == 0
+    # Pods are <job>-<index> under the headless Service of the same name, which selects exactly the Job's pods.
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == service["metadata"]["name"] == job["metadata"]["name"]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {"batch.kubernetes.io/job-name": job["metadata"]["name"]}
+    assert "hostNetwork" not in pod
     (container,) = pod["containers"]
     # p5.48xlarge: 8 GPUs, 32 EFA interfaces (the catalog).
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
     assert container["resources"]["requests"] == container["resources"]["limits"]
     assert container["image"] == f"registry.invalid/nccl-tests@{DIGEST}"
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
-    assert "hostNetwork" not in pod
-    assert pod["tolerations"][0]["operator"] == "Exists"
-    # The Slurm run's environment, from the same source.
     assert _env(container) == plan().env
     assert DEBUG_ENV.items() <= _env(container).items() and _env(container)["FI_PROVIDER"] == "efa"
-    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
-    assert launcher[launcher.index("-np") + 1] == "16"
-    assert sorted(launcher[index + 1] for index, item in enumerate(launcher) if item == "-x") == sorted(
+    # The key: the Secret mounted read-only, a keypair that belongs together.
+    assert {"name": "ssh", "mountPath": kj.kubernetes_mpi.SSH_DIR, "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    (volume,) = [item for item in pod["volumes"] if item["name"] == "ssh"]
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+    private, public = (
+        base64.b64decode(secret["data"][key]).decode() for key in ("id_ed25519", "id_ed25519.pub")
+    )
+    assert public.split()[:2] == _public_of(private).split()[:2]
+    # One pod per listed node.
+    affinity = pod["affinity"]
+    (term,) = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"][0]["values"] == sorted(nodes)
+    # Index 0 waits for every other sshd, writes the hostfile of every pod's name, then mpirun over all of them.
+    script = container["command"][2]
+    names = [f"gpuforge-t1-nccl-3-{index}.gpuforge-t1-nccl-3" for index in range(count)]
+    assert f"printf '{''.join(f'{name} slots=8{chr(92)}n' for name in names)}'" in script
+    for name in names[1:]:
+        assert f"-o ConnectTimeout=5 {name} true" in script
+    mpirun = shlex.split(script.splitlines()[-1])[1:]
+    assert mpirun[mpirun.index("-np") + 1] == str(8 * count)
+    assert mpirun[mpirun.index("--hostfile") + 1] == kj.kubernetes_mpi.HOSTFILE
+    assert sorted(mpirun[index + 1] for index, item in enumerate(mpirun) if item == "-x") == sorted(
         plan().env
     )
-    assert launcher[-len(plan().all_reduce_command()) :] == plan().all_reduce_command()
+    assert mpirun[-len(plan().all_reduce_command()) :] == plan().all_reduce_command()
+
+
+def _public_of(private: str) -> str:
+    import subprocess
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".key") as key:
+        key.write(private)
+        key.flush()
+        Path(key.name).chmod(0o600)
+        return subprocess.run(
+            ["ssh-keygen", "-y", "-f", key.name], check=True, capture_output=True, text=True
+        ).stdout
 
 
 def test_pair_under_one_switch_requires_it_else_prefers_it() -> None:
@@ -94,10 +152,11 @@ def test_pair_under_one_switch_requires_it_else_prefers_it() -> None:
     apart = {"node-a": {SWITCH: "nn-1"}, "node-b": {SWITCH: "nn-2"}}
 
     def annotations(labels: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
-        job = kj.mpi_job(plan(), settings(), "p", NODES, labels)
-        result: dict[str, str] = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"][
-            "annotations"
-        ]
+        job = nccl(NODES, labels)[-1]
+        assert (
+            "annotations" not in job["metadata"]
+        )  # Kueue reads a batch Job's topology from its pod template
+        result: dict[str, str] = job["spec"]["template"]["metadata"]["annotations"]
         return result
 
     assert annotations(same) == {kj.REQUIRED_TOPOLOGY: SWITCH}
@@ -116,17 +175,22 @@ class LogCluster:
     def __init__(self, logs: Mapping[str, str]) -> None:
         self.logs_by_kind = logs
         self.created: list[Mapping[str, Any]] = []
+        self.deleted: list[Mapping[str, Any]] = []
+        self.selectors: list[str] = []
 
     def create(self, obj: Mapping[str, Any]) -> None:
         self.created.append(obj)
 
     def conditions(self, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
-        return [{"type": "Complete" if obj["kind"] == "Job" else "Succeeded", "status": "True"}]
+        assert obj["kind"] == "Job", "only Jobs are waited on"
+        return [{"type": "Complete", "status": "True"}]
 
     def delete(self, obj: Mapping[str, Any]) -> None:
-        raise AssertionError("nothing times out here")
+        assert obj["kind"] != "Job", "nothing times out here"
+        self.deleted.append(obj)
 
     def logs(self, namespace: str, selector: str) -> str:
+        self.selectors.append(selector)
         name = selector.split("=")[1].split(",")[0]
         kind = name.split("-")[2]
         return self.logs_by_kind[kind]
@@ -145,7 +209,23 @@ def test_socket_fallback_from_a_kubernetes_run_fails_naming_it() -> None:
     (pair,) = [item for item in report.nccl if item.file.startswith("pair:")]
     assert not pair.passed
     assert any("Socket" in problem for problem in pair.problems), pair.problems
-    assert [obj["kind"] for obj in cluster.created] == ["Job", "Job", "Job", "Job", "MPIJob"]
+    assert [obj["kind"] for obj in cluster.created] == [
+        "Job",
+        "Job",
+        "Job",
+        "Job",
+        "Secret",
+        "Service",
+        "Job",
+    ]
+    # The pair's output is index 0's log; its Secret and Service are deleted once it ended.
+    assert cluster.selectors[-1] == (
+        "batch.kubernetes.io/job-name=gpuforge-t1-nccl-5,batch.kubernetes.io/job-completion-index=0"
+    )
+    assert [(obj["kind"], obj["metadata"]["name"]) for obj in cluster.deleted] == [
+        ("Secret", "gpuforge-t1-nccl-5-ssh"),
+        ("Service", "gpuforge-t1-nccl-5"),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -277,66 +357,46 @@ def test_diag_script_resumes_profiling_when_the_diag_ends_or_the_pod_is_stopped(
     assert calls.read_text().splitlines() == ["profile --pause", "diag -r 2", "profile --resume"]
 
 
-MPIJOB_CRD = Path(__file__).parent / "crds" / "kubeflow.org_mpijobs.yaml"
-# tests/validate/crds/README.md: the sum of the vendored MPI operator v0.8.0 file.
-MPIJOB_CRD_SHA256 = "78b0131f931fcc8d99f6ce0407281f41b62527e443ec691d26d9634b390ad3bb"
+@pytest.mark.slow
+@pytest.mark.parametrize("count", [2, 4])
+def test_multi_node_run_is_accepted_by_the_api_server(api_server: Any, count: int) -> None:
+    """Server-side dry run (dryRun=All): admission and the built-in types' validation of 1.35, successPolicy included."""
+    from kubernetes import client, config, dynamic
 
-
-def _mpijob_crd() -> dict[str, Any]:
-    import hashlib
-
-    import yaml
-
-    data = MPIJOB_CRD.read_bytes()
-    assert hashlib.sha256(data).hexdigest() == MPIJOB_CRD_SHA256, "the vendored CRD changed; see its README"
-    crd: dict[str, Any] = yaml.safe_load(data)
-    return crd
-
-
-def test_pair_mpijob_fits_the_mpi_operators_crd() -> None:
-    import jsonschema
-
-    (version,) = [item for item in _mpijob_crd()["spec"]["versions"] if item["name"] == "v2beta1"]
-    job = kj.mpi_job(plan(), settings(), "p", NODES, {})
-    jsonschema.validate(job, version["schema"]["openAPIV3Schema"], cls=jsonschema.Draft7Validator)
+    api_client = config.new_client_from_config(str(api_server.kubeconfig))
+    _namespace(client.CoreV1Api(api_client))
+    api = dynamic.DynamicClient(api_client)
+    for obj in nccl(nodes_of(count)):
+        resource = api.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        stored = resource.create(body=obj, namespace="llm", query_params=[("dryRun", "All")]).to_dict()
+        if obj["kind"] == "Job":
+            assert stored["spec"]["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
+            assert stored["spec"]["completions"] == count and stored["spec"]["suspend"] is True
+            assert stored["spec"]["template"]["spec"]["subdomain"] == obj["metadata"]["name"]
 
 
 @pytest.mark.slow
-def test_pair_mpijob_is_accepted_by_the_api_server_with_the_crd(api_server: Any) -> None:
-    """The CRD installed for real: its structural schema (and the server's defaulting) accept the MPIJob."""
-    import time
-
+def test_a_stuck_multi_node_run_is_deleted_with_its_secret_and_service(api_server: Any) -> None:
     from kubernetes import client, config
 
     api_client = config.new_client_from_config(str(api_server.kubeconfig))
-    extensions = client.ApiextensionsV1Api(api_client)
-    crd = _mpijob_crd()
-    extensions.create_custom_resource_definition(crd)
-    deadline = time.monotonic() + 60
-    while not any(
-        item.type == "Established" and item.status == "True"
-        for item in extensions.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions
-        or []
-    ):
-        assert time.monotonic() < deadline, "MPIJob CRD not Established within 60 s"
-        time.sleep(0.2)
     core = client.CoreV1Api(api_client)
+    _namespace(core)
+    launcher = kj.KubernetesLauncher(kj.Cluster(api_client), settings(timeout_s=1.0), poll_s=0.2)
+    launcher._count = 100  # names no other test in this module uses
+    (result,) = launcher.all_reduce_steps(plan(), [NODES], "pairs")
+    assert result[1] is not None and "did not finish within 1 s" in result[1]
+    selector = f"{kj.RUN_LABEL}=t1"
+    assert [
+        item.metadata.name for item in core.list_namespaced_secret("llm", label_selector=selector).items
+    ] == []
+    assert [
+        item.metadata.name for item in core.list_namespaced_service("llm", label_selector=selector).items
+    ] == []
+    left = client.BatchV1Api(api_client).list_namespaced_job("llm", label_selector=selector).items
+    assert "gpuforge-t1-nccl-101" not in [item.metadata.name for item in left]
+
+
+def _namespace(core: Any) -> None:
     if not any(item.metadata.name == "llm" for item in core.list_namespace().items):
         core.create_namespace({"metadata": {"name": "llm"}})
-    job = kj.mpi_job(plan(), settings(), "gpuforge-t1-nccl-9", NODES, {})
-    # The dynamic client's discovery cache predates the CRD: retry (bounded) until the kind is served.
-    for _ in range(50):
-        try:
-            kj.Cluster(api_client).create(job)
-            break
-        except Exception as error:  # ResourceNotFoundError until discovery sees the new kind
-            if "ResourceNotFoundError" not in type(error).__name__:
-                raise
-            time.sleep(0.2)
-    stored = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
-        "kubeflow.org", "v2beta1", "llm", "mpijobs", "gpuforge-t1-nccl-9"
-    )
-    assert stored["spec"]["runPolicy"]["suspend"] is True
-    assert stored["metadata"]["labels"][kj.QUEUE_LABEL] == "llm"
-    worker = stored["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-    assert worker["resources"]["limits"]["vpc.amazonaws.com/efa"] == "32"
