@@ -400,3 +400,73 @@ def test_a_stuck_multi_node_run_is_deleted_with_its_secret_and_service(api_serve
 def _namespace(core: Any) -> None:
     if not any(item.metadata.name == "llm" for item in core.list_namespace().items):
         core.create_namespace({"metadata": {"name": "llm"}})
+
+
+@pytest.mark.parametrize("answers", [True, False])
+def test_index_0_waits_for_every_sshd_then_runs_mpirun_else_fails_naming_the_pod(
+    tmp_path: Path, answers: bool
+) -> None:
+    """The pod script run by /bin/sh as index 0, its paths moved under tmp_path, with stand-ins for ssh
+    (pod 2's sshd answers at the second try, or never), sshd, ssh-keygen and mpirun that record their calls."""
+    import os
+    import subprocess
+
+    count, job = 3, nccl(nodes_of(3))[-1]
+    script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    keys, home, run = tmp_path / "keys", tmp_path / "root-ssh", tmp_path / "run-sshd"
+    keys.mkdir()
+    (keys / "id_ed25519").write_text(KEYS[0])
+    (keys / "id_ed25519.pub").write_text(KEYS[1])
+    hostfile = tmp_path / "hostfile"
+    for old, new in (
+        (kj.kubernetes_mpi.SSH_DIR, str(keys)),
+        ("/root/.ssh", str(home)),
+        ("/run/sshd", str(run)),
+        (kj.kubernetes_mpi.HOSTFILE, str(hostfile)),
+        ("/usr/sbin/sshd", "sshd"),
+        (f"-lt {kj.kubernetes_mpi.SSH_TRIES} ]", "-lt 2 ]"),
+    ):
+        assert old in script
+        script = script.replace(old, new)
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    late = "gpuforge-t1-nccl-3-2.gpuforge-t1-nccl-3"
+    ssh = (
+        f'host=$(echo "$*" | tr " " "\\n" | grep gpuforge-t1); echo "ssh $host" >> {calls}\n'
+        f'if [ "$host" = {late} ]; then [ -e {tmp_path}/tried ] && {"exit 0" if answers else "exit 255"}; '
+        f"touch {tmp_path}/tried; exit 255; fi\nexit 0\n"
+    )
+    for name, body in (
+        ("ssh", ssh),
+        ("sshd", f'echo "sshd $*" >> {calls}\n'),
+        ("ssh-keygen", f'echo "ssh-keygen $*" >> {calls}\n'),
+        ("mpirun", f'echo "mpirun" >> {calls}\n'),
+    ):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}")
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "JOB_COMPLETION_INDEX": "0"}
+    done = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    pods = [f"gpuforge-t1-nccl-3-{index}.gpuforge-t1-nccl-3" for index in range(count)]
+    if answers:
+        assert done.returncode == 0, done.stderr
+        assert calls.read_text().splitlines() == [
+            "ssh-keygen -A",
+            "sshd ",
+            f"ssh {pods[1]}",
+            f"ssh {pods[2]}",
+            f"ssh {pods[2]}",
+            "mpirun",
+        ]
+        assert hostfile.read_text().splitlines() == [f"{pod} slots=8" for pod in pods]
+        assert (home / "authorized_keys").read_text() == KEYS[1]
+    else:
+        assert done.returncode == 1
+        assert f"gpuforge: sshd on {pods[2]} did not answer" in done.stderr
+        assert "mpirun" not in calls.read_text()
+
+
+def test_a_worker_index_runs_sshd_in_the_foreground(tmp_path: Path) -> None:
+    """Any index but 0 execs `sshd -De` (the Job's successPolicy ends it once index 0 has succeeded)."""
+    script = nccl()[-1]["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    (line,) = [item for item in script.splitlines() if "JOB_COMPLETION_INDEX" in item]
+    assert line == 'if [ "$JOB_COMPLETION_INDEX" != 0 ]; then exec /usr/sbin/sshd -De; fi'
