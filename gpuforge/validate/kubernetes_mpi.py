@@ -8,10 +8,12 @@ cluster serves:
   one pod per node (pod anti-affinity on the Job's pods by hostname, node affinity to the group),
   each on all of the node's GPUs and EFA devices. Index 0 is the launcher (it also runs ranks);
   the others run sshd in the foreground. `successPolicy` with `succeededIndexes: "0"` makes the
-  Job succeed when index 0 does, and the Job controller then terminates the lingering sshd pods
-  (Kubernetes docs, Jobs, "Success policy", https://kubernetes.io/docs/concepts/workloads/controllers/job/#success-policy;
-  the JobSuccessPolicy feature is GA, on by default, since Kubernetes v1.33, KEP-3998,
-  https://github.com/kubernetes/enhancements/tree/master/keps/sig-apps/3998-job-success-completion-policy).
+  Job succeed when index 0 does: the Job controller adds SuccessCriteriaMet, terminates the
+  lingering sshd pods, then sets Complete, the condition the launcher waits for (Kubernetes docs,
+  Jobs, "Success policy", https://kubernetes.io/docs/concepts/workloads/controllers/job/#success-policy;
+  "Kubernetes 1.33: Job's SuccessPolicy Goes GA", https://kubernetes.io/blog/2025/05/15/kubernetes-1-33-jobs-success-policy-goes-ga,
+  which names this leader-follower MPI pattern; KEP-3998, https://www.kubernetes.dev/resources/keps/3998/:
+  alpha v1.30, beta v1.31, stable v1.33).
   `backoffLimit: 0`: a pod that fails fails the whole Job at once, as an NCCL run whose rank died
   cannot be resumed by replacing one pod (mpirun would wait on the dead rank until the deadline);
   no podFailurePolicy is needed on top of that.
@@ -29,8 +31,9 @@ cluster serves:
 
 Kueue: the Job carries `kueue.x-k8s.io/queue-name` and is created suspended; the topology
 annotation sits on the pod template's metadata, where Kueue's topology-aware scheduling reads it
-for a batch Job (Kueue docs, "Topology Aware Scheduling", example Job,
-https://kueue.sigs.k8s.io/docs/concepts/topology_aware_scheduling/). Kueue admits a Job's pods
+for a batch Job (Kueue docs, "Run Workloads with Topology-Aware Scheduling", whose examples are
+batch Jobs, https://kueue.sigs.k8s.io/docs/tasks/run/topology_aware_scheduling/; kubernetes-sigs/kueue
+keps/2724-topology-aware-scheduling/README.md, "Integration support: Job"). Kueue admits a Job's pods
 as one podset, all or none (Kueue docs, "Run a Kubernetes Job",
 https://kueue.sigs.k8s.io/docs/tasks/run/jobs/).
 """
