@@ -259,7 +259,8 @@ def efa_device_plugin(image: Image) -> dict[str, Any]:
 # The integrations Kueue's manager runs: those of charts/kueue/values.yaml at v0.17.4 (kubernetes-sigs/kueue tag
 # v0.17.4, commit 21235e3c23bb1e885fa6cb4b63dc307f40c009c6, managerConfig.controllerManagerConfigYaml), written
 # out so that a later chart's default cannot drop one gpuforge relies on: `gpuforge validate` submits batch Jobs
-# (diag, NVLink) and kubeflow.org/v2beta1 MPIJobs (the NCCL pairs and the fabric run).
+# (diag, NVLink, and the Indexed Jobs of its multi-node NCCL runs: gpuforge.validate.kubernetes_mpi). The
+# others stay as the chart has them, for the teams' own workloads.
 KUEUE_FRAMEWORKS: tuple[str, ...] = (
     "batch/job",
     "kubeflow.org/mpijob",
@@ -309,7 +310,7 @@ def kueue_manager_config() -> dict[str, Any]:
 
 def kueue_values(image: Image) -> dict[str, Any]:
     """Helm values for Kueue's chart at the pinned version: the manager image by digest, and its configuration
-    with the MPIJob and Job integrations explicit (`kueue_manager_config`).
+    with its integrations, batch Jobs among them, explicit (`kueue_manager_config`).
 
     The chart writes `repository:tag`; a tag of `vX@sha256:...` makes that a reference the runtime
     resolves by digest (the tag is then ignored), the only way its template takes a digest.

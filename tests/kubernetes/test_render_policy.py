@@ -106,39 +106,39 @@ def test_the_shipped_taint_carries_its_value() -> None:
     assert (taint.key, taint.value, taint.effect) == ("nvidia.com/gpu", "true", "NoSchedule")
 
 
-def test_the_mpi_operator_is_pinned_but_not_rendered_without_a_sourced_digest() -> None:
-    files = manifests.render_addons("p5-eks", [group()], [], [])
-    entry = yaml.safe_load(files[manifests.INDEX])["addons"]["mpi-operator"]
-    assert entry["version"] == "v0.8.0" and entry["rendered"] is False
-    assert "docker.io/mpioperator/mpi-operator:0.8.0" in entry["why_not"] and "Fix:" in entry["why_not"]
-    assert not any("mpi-operator" in path for path in files if path != manifests.INDEX)
-
-
 def test_a_sourced_addon_without_a_renderer_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def sourced_mpi(document: dict[str, Any]) -> None:
-        image = document["addons"]["mpi-operator"]["images"][0]
-        image.pop("unsourced")
-        image["digest"] = "sha256:" + "1" * 64
-        image["digest_source"] = "test input"
+    def sourced_without_renderer(document: dict[str, Any]) -> None:
+        document["addons"]["some-operator"] = {
+            "version": "v1.0.0",
+            "source": "test input",
+            "images": [
+                {
+                    "repository": "registry.invalid/some-operator",
+                    "tag": "v1.0.0",
+                    "digest": "sha256:" + "1" * 64,
+                    "digest_source": "test input",
+                }
+            ],
+        }
 
-    _use_pins(tmp_path, monkeypatch, sourced_mpi)
+    _use_pins(tmp_path, monkeypatch, sourced_without_renderer)
     with pytest.raises(
-        InputError, match=r"addons.mpi-operator has sourced digests but gpuforge has no renderer"
+        InputError, match=r"addons.some-operator has sourced digests but gpuforge has no renderer"
     ):
         manifests.render_addons("p5-eks", [group()], [], [])
 
 
-def test_kueue_values_integrate_mpijobs_and_jobs_explicitly() -> None:
-    """validate submits batch Jobs (diag, NVLink) and kubeflow.org MPIJobs (NCCL pairs): Kueue must manage both,
-    whatever a later chart's default list says."""
+def test_kueue_values_integrate_batch_jobs_explicitly() -> None:
+    """validate submits batch Jobs only (diag, NVLink, and the Indexed Jobs of its NCCL runs): Kueue must manage
+    them whatever a later chart's default list says; the chart's other integrations stay for the teams' jobs."""
     image = addons.pins().addons["kueue"].images[0]
     text = addons.kueue_values(image)["managerConfig"]["controllerManagerConfigYaml"]
     config = yaml.safe_load(text)
     assert (config["apiVersion"], config["kind"]) == ("config.kueue.x-k8s.io/v1beta2", "Configuration")
     frameworks = config["integrations"]["frameworks"]
-    assert {"batch/job", "kubeflow.org/mpijob"} <= set(frameworks)
+    assert {"batch/job", "kubeflow.org/mpijob", "jobset.x-k8s.io/jobset"} <= set(frameworks)
     assert len(frameworks) == len(set(frameworks))
     # The chart's own settings kept (charts/kueue/values.yaml at v0.17.4): leader election and the webhook port.
     assert config["leaderElection"] == {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"}

@@ -369,7 +369,8 @@ def test_the_offline_check_leaves_the_object_unchanged() -> None:
 
 
 def test_the_acceptance_workloads_gpuforge_validate_submits_pass() -> None:
-    """`gpuforge validate` on Kubernetes submits these Jobs and MPIJobs: the rules hold for gpuforge's own pods."""
+    """`gpuforge validate` on Kubernetes submits these Jobs (a diag, and a multi-node NCCL run's Secret, headless
+    Service and Indexed Job): the rules hold for gpuforge's own pods."""
     from gpuforge.validate import kubernetes_jobs as jobs
     from gpuforge.validate.floors import floors_for
     from gpuforge.validate.run import Plan
@@ -383,9 +384,10 @@ def test_the_acceptance_workloads_gpuforge_validate_submits_pass() -> None:
         run_id="t1",
         timeout_s=900.0,
     )
-    objects = [jobs.diag_job(plan, settings, "d", "node-a"), jobs.mpi_job(plan, settings, "p", nodes, {})]
+    objects = [jobs.diag_job(plan, settings, "d", "node-a"), *jobs.nccl_run(plan, settings, "p", nodes, {})]
+    assert [obj["kind"] for obj in objects] == ["Job", "Secret", "Service", "Job"]
     assert all(both(obj) == {IMAGE: [], GPU: [], SHM: []} for obj in objects)
-    worker = objects[1]["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    worker = objects[-1]["spec"]["template"]["spec"]
     worker["containers"][0]["image"] = "registry.invalid/nccl-tests:latest"
-    (message,) = both(objects[1])[IMAGE]
-    assert message.startswith("spec.mpiReplicaSpecs.Worker.template.spec.containers[0].image")
+    (message,) = both(objects[-1])[IMAGE]
+    assert message.startswith("spec.template.spec.containers[0].image")

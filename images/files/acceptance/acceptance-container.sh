@@ -99,7 +99,7 @@ step_ssh() {
     # Host keys (openssh-server's install normally makes them): every worker of this image shares them, and the
     # launcher checks none (ssh-gpuforge-acceptance.conf): the pods exist for one run on the cluster's network.
     ssh-keygen -A
-    # The launcher pod runs `mpirun` (gpuforge.validate.kubernetes_jobs): Open MPI's, with --prefix, so that the
+    # The launcher pod runs `mpirun` (gpuforge.validate.kubernetes_mpi): Open MPI's, with --prefix, so that the
     # daemons it starts over ssh on the workers find Open MPI without a login shell's environment (Open MPI's
     # mpirun(1), "Remote Execution").
     printf '#!/bin/sh\nexec %s/bin/mpirun --prefix %s "$@"\n' "$MPI_HOME" "$MPI_HOME" >"$MPIRUN"
