@@ -25,7 +25,7 @@ from pathlib import Path
 from gpuforge.errors import InputError
 from gpuforge.images.matrix import Matrix
 from gpuforge.images.payload import FILES_DIR, MATRIX_ENV, SCRIPTS_DIR, matrix_env, matrix_values
-from gpuforge.images.render import _claim_out_dir, distro_defaults
+from gpuforge.images.render import distro_defaults, staged_out_dir
 from gpuforge.images.tags import MATRIX_DIGEST_TAG, MATRIX_NAME_TAG, MATRIX_VERSION_TAG, component_versions
 
 DOCKERFILE = "Dockerfile"
@@ -161,19 +161,6 @@ def _fill(context: Path, matrix: Matrix, digest: str, dockerfile: str) -> None:
 def render_acceptance(matrix: Matrix, digest: str, out: Path) -> Path:
     """Write the build context into `out` (new or empty): every file at once, or nothing."""
     dockerfile = dockerfile_text(matrix, digest)  # refusals first: nothing is created for a refused matrix
-    staging = _claim_out_dir(out)
-    try:
+    with staged_out_dir(out, "the acceptance container's build context") as staging:
         _fill(staging, matrix, digest, dockerfile)
-        if out.exists():
-            out.rmdir()
-        staging.replace(out)
-    except OSError as error:  # a full disk, or --out taken by another writer meanwhile
-        shutil.rmtree(staging, ignore_errors=True)
-        raise InputError(
-            f"{out}: cannot write the acceptance container's build context ({error.strerror or error}). "
-            "Fix: pass a new or empty --out folder on a disk with free space."
-        ) from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return out

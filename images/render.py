@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -270,27 +272,37 @@ def _claim_out_dir(out: Path) -> Path:
         ) from None
 
 
-def render(matrix: Matrix, digest: str, options: RenderOptions, out: Path) -> RenderedBuild:
-    """Write the build into `out` (new or empty): all files appear at once or not at all."""
-    build_text = build_file_text(matrix, digest, options)
+@contextmanager
+def staged_out_dir(out: Path, what: str) -> Iterator[Path]:
+    """A fresh sibling folder to fill; on leaving, it becomes `out` (new or empty) whole, or is removed.
+
+    `what` names the content in the error a full disk or a taken `out` gives. One mechanism for every
+    command that writes a folder of files: the rendered build, the acceptance container's build context."""
     staging = _claim_out_dir(out)
     try:
         staging.chmod(0o755)
-        (staging / BUILD_FILE).write_text(build_text, encoding="utf-8")
-        (staging / PLUGINS_FILE).write_text(plugins_file_text(), encoding="utf-8")
-        write_payload(staging / PAYLOAD_DIR, matrix, digest)
+        yield staging
         if out.exists():
             out.rmdir()
         staging.replace(out)
     except OSError as error:  # a full disk, or --out taken by another writer meanwhile
         shutil.rmtree(staging, ignore_errors=True)
         raise InputError(
-            f"{out}: cannot write the rendered build ({error.strerror or error}). "
+            f"{out}: cannot write {what} ({error.strerror or error}). "
             "Fix: pass a new or empty --out folder on a disk with free space."
         ) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def render(matrix: Matrix, digest: str, options: RenderOptions, out: Path) -> RenderedBuild:
+    """Write the build into `out` (new or empty): all files appear at once or not at all."""
+    build_text = build_file_text(matrix, digest, options)
+    with staged_out_dir(out, "the rendered build") as staging:
+        (staging / BUILD_FILE).write_text(build_text, encoding="utf-8")
+        (staging / PLUGINS_FILE).write_text(plugins_file_text(), encoding="utf-8")
+        write_payload(staging / PAYLOAD_DIR, matrix, digest)
     return RenderedBuild(
         directory=out,
         build_file=out / BUILD_FILE,
