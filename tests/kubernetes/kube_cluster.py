@@ -272,3 +272,30 @@ def open_api_server(folder: Path) -> Iterator[ApiServer]:
         for name in ("kube-apiserver", "etcd"):
             if name in procs:
                 _stop(procs[name])
+
+
+CRDS = Path(__file__).parent / "crds"
+ESTABLISHED_TIMEOUT_S = 60.0
+
+
+def install_kueue_crds(kubeconfig: Path) -> None:
+    """Create Kueue's vendored CRDs (crds/, Kueue v0.17.4) on the server and wait (bounded) until each is
+    Established, as Kueue's chart leaves them: its kinds are then served."""
+    from kubernetes import client, config
+
+    api = client.ApiextensionsV1Api(config.new_client_from_config(str(kubeconfig)))
+    names = []
+    for path in sorted(CRDS.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text(encoding="utf-8"))
+        api.create_custom_resource_definition(crd)
+        names.append(crd["metadata"]["name"])
+    deadline = time.monotonic() + ESTABLISHED_TIMEOUT_S
+    for name in names:
+        while not any(
+            c.type == "Established" and c.status == "True"
+            for c in api.read_custom_resource_definition(name).status.conditions or []
+        ):
+            assert time.monotonic() < deadline, (
+                f"CRD {name} not Established within {ESTABLISHED_TIMEOUT_S:.0f} s"
+            )
+            time.sleep(0.2)

@@ -10,22 +10,19 @@ nothing is stored.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kube_cluster import REPO, ApiServer, open_api_server
-from kubernetes import client, config, dynamic
+from kube_cluster import REPO, ApiServer, install_kueue_crds, open_api_server
+from kubernetes import config, dynamic
 from kubernetes.client.exceptions import ApiException
 
 from gpuforge.cli import main
 
 pytestmark = pytest.mark.slow
-CRDS = Path(__file__).parent / "crds"
-ESTABLISHED_TIMEOUT_S = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -37,22 +34,7 @@ def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
 @pytest.fixture(scope="module")
 def kueue_api(api_server: ApiServer) -> dynamic.DynamicClient:
     """A dynamic client of the server, with Kueue's CRDs installed and Established."""
-    api = client.ApiextensionsV1Api(config.new_client_from_config(str(api_server.kubeconfig)))
-    names = []
-    for path in sorted(CRDS.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text(encoding="utf-8"))
-        api.create_custom_resource_definition(crd)
-        names.append(crd["metadata"]["name"])
-    deadline = time.monotonic() + ESTABLISHED_TIMEOUT_S
-    for name in names:
-        while not any(
-            c.type == "Established" and c.status == "True"
-            for c in api.read_custom_resource_definition(name).status.conditions or []
-        ):
-            assert time.monotonic() < deadline, (
-                f"CRD {name} not Established within {ESTABLISHED_TIMEOUT_S:.0f} s"
-            )
-            time.sleep(0.2)
+    install_kueue_crds(api_server.kubeconfig)
     return dynamic.DynamicClient(config.new_client_from_config(str(api_server.kubeconfig)))
 
 

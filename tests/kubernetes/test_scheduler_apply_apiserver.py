@@ -12,14 +12,13 @@ Namespaces are never deleted here: without the namespace controller a deleted on
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kube_cluster import REPO, ApiServer, open_api_server
+from kube_cluster import REPO, ApiServer, install_kueue_crds, open_api_server
 from kube_support import EFA_REPOSITORY, pinned_efa_tag, publish_efa_plugin, push_image
 from kubernetes import client, config, dynamic
 from kubernetes.client.exceptions import ApiException
@@ -31,8 +30,6 @@ from gpuforge.kubernetes.manifests import objects_of, stack_addons
 from gpuforge.stack_config import load_stack_config
 
 pytestmark = pytest.mark.slow
-CRDS = Path(__file__).parent / "crds"
-ESTABLISHED_TIMEOUT_S = 60.0
 STACKS = REPO / "stacks" / "training"
 STACK = "p5-eks"
 
@@ -53,25 +50,6 @@ def _stack_dir(tmp_path: Path, *, drop_team: str | None = None) -> Path:
         cfg["gpuforge:scheduler"]["teams"] = [team for team in teams if team["name"] != drop_team]
     (folder / f"Pulumi.{STACK}.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
     return folder
-
-
-def _install_crds(kubeconfig: Path) -> None:
-    api = client.ApiextensionsV1Api(config.new_client_from_config(str(kubeconfig)))
-    names = []
-    for path in sorted(CRDS.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text(encoding="utf-8"))
-        api.create_custom_resource_definition(crd)
-        names.append(crd["metadata"]["name"])
-    deadline = time.monotonic() + ESTABLISHED_TIMEOUT_S
-    for name in names:
-        while not any(
-            c.type == "Established" and c.status == "True"
-            for c in api.read_custom_resource_definition(name).status.conditions or []
-        ):
-            assert time.monotonic() < deadline, (
-                f"CRD {name} not Established within {ESTABLISHED_TIMEOUT_S:.0f} s"
-            )
-            time.sleep(0.2)
 
 
 def _chart_image() -> str:
@@ -111,7 +89,7 @@ def bare(tmp_path: Path) -> Iterator[ApiServer]:
 @pytest.fixture
 def with_kueue(bare: ApiServer) -> ApiServer:
     """A server with Kueue's CRDs and its controller Deployment at the pinned image."""
-    _install_crds(bare.kubeconfig)
+    install_kueue_crds(bare.kubeconfig)
     _fake_kueue(bare.kubeconfig, _chart_image())
     return bare
 
@@ -332,7 +310,7 @@ def test_kueue_missing_exits_2_with_the_helm_command_and_applies_nothing(
 def test_kueue_crds_without_its_controller_exits_2(
     bare: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _install_crds(bare.kubeconfig)
+    install_kueue_crds(bare.kubeconfig)
     assert _apply(bare, _stack_dir(tmp_path)) == 2
     err = capsys.readouterr().err
     assert f"{KUEUE_NAMESPACE}/{KUEUE_DEPLOYMENT}" in err and "helm upgrade --install kueue" in err
@@ -342,7 +320,7 @@ def test_kueue_crds_without_its_controller_exits_2(
 def test_kueue_at_another_image_exits_2_naming_both(
     bare: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _install_crds(bare.kubeconfig)
+    install_kueue_crds(bare.kubeconfig)
     other = "registry.k8s.io/kueue/kueue:v0.16.0"
     _fake_kueue(bare.kubeconfig, other)
     assert _apply(bare, _stack_dir(tmp_path)) == 2
