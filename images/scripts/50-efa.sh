@@ -12,37 +12,15 @@ require_kernel
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-# Source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start.html (installer URL and -y).
-download_checked "https://efa-installer.amazonaws.com/aws-efa-installer-$GPUFORGE_EFA_INSTALLER.tar.gz" \
-    "$GPUFORGE_EFA_SHA256" "$work/efa.tar.gz"
-tar -xzf "$work/efa.tar.gz" -C "$work"
+efa_installer_unpacked "$work"
 (cd "$work/aws-efa-installer" && ./efa_installer.sh -y)
-grep -qx "# EFA installer version: $GPUFORGE_EFA_INSTALLER" "$(efa_installed_file)" ||
-    die "efa_installer: $(efa_installed_file) does not record installer $GPUFORGE_EFA_INSTALLER"
+efa_installer_recorded
 
 if [[ "$GPUFORGE_OFI_INSTALL" == separate ]]; then
     apt-get install "${APT_OPTIONS[@]}" --no-install-recommends build-essential
-    download_checked "$GPUFORGE_OFI_TARBALL_URL" "$GPUFORGE_OFI_SHA256" "$work/ofi.tar.gz"
-    mkdir "$work/ofi"
-    tar -xzf "$work/ofi.tar.gz" -C "$work/ofi" --strip-components=1
-    (
-        cd "$work/ofi"
-        ./configure --prefix="$GPUFORGE_OFI_PREFIX" --with-libfabric=/opt/amazon/efa \
-            --with-cuda="/usr/local/cuda-${GPUFORGE_CUDA%.*}"
-        make -j "$(nproc)"
-        make install
-    )
 fi
-
-plugin_dir=""
-for dir in "$GPUFORGE_OFI_PREFIX/lib/x86_64-linux-gnu" "$GPUFORGE_OFI_PREFIX/lib"; do
-    if [[ -e "$dir/$GPUFORGE_OFI_LIBRARY" ]]; then
-        plugin_dir="$dir"
-        break
-    fi
-done
-[[ -n "$plugin_dir" ]] ||
-    die "aws_ofi_nccl: no $GPUFORGE_OFI_LIBRARY under $GPUFORGE_OFI_PREFIX after the $GPUFORGE_OFI_INSTALL install"
+ofi_built_if_separate "$work"
+plugin_dir="$(ofi_plugin_dir)"
 
 # NCCL dlopen()s its net plugin by name: put the plugin's folder in the linker cache, first.
 echo "$plugin_dir" >/etc/ld.so.conf.d/000-gpuforge-aws-ofi-nccl.conf

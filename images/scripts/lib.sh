@@ -188,6 +188,52 @@ download_checked() {
     fi
 }
 
+# --- EFA and aws-ofi-nccl: the AMI (50-efa.sh) and the acceptance container install them alike ---
+
+# The matrix's EFA installer, checked against its sha256, unpacked into WORK/aws-efa-installer.
+# Source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start.html (installer URL and -y).
+efa_installer_unpacked() {
+    local work="$1"
+    download_checked "https://efa-installer.amazonaws.com/aws-efa-installer-$GPUFORGE_EFA_INSTALLER.tar.gz" \
+        "$GPUFORGE_EFA_SHA256" "$work/efa.tar.gz"
+    tar -xzf "$work/efa.tar.gz" -C "$work"
+}
+
+# Stop unless the installer recorded the matrix's version.
+efa_installer_recorded() {
+    grep -qx "# EFA installer version: $GPUFORGE_EFA_INSTALLER" "$(efa_installed_file)" ||
+        die "efa_installer: $(efa_installed_file) does not record installer $GPUFORGE_EFA_INSTALLER"
+}
+
+# aws-ofi-nccl built from the matrix's tarball (sha256 checked) into its prefix when the matrix installs it
+# separately; the installer's bundled plugin otherwise. The caller provides the compiler.
+ofi_built_if_separate() {
+    local work="$1"
+    [[ "$GPUFORGE_OFI_INSTALL" == separate ]] || return 0
+    download_checked "$GPUFORGE_OFI_TARBALL_URL" "$GPUFORGE_OFI_SHA256" "$work/ofi.tar.gz"
+    mkdir "$work/ofi"
+    tar -xzf "$work/ofi.tar.gz" -C "$work/ofi" --strip-components=1
+    (
+        cd "$work/ofi" || die "aws_ofi_nccl: cannot enter $work/ofi"
+        ./configure --prefix="$GPUFORGE_OFI_PREFIX" --with-libfabric=/opt/amazon/efa \
+            --with-cuda="/usr/local/cuda-${GPUFORGE_CUDA%.*}"
+        make -j "$(nproc)"
+        make install
+    )
+}
+
+# The folder holding the aws-ofi-nccl plugin library; stop when the install left none.
+ofi_plugin_dir() {
+    local dir
+    for dir in "$GPUFORGE_OFI_PREFIX/lib/x86_64-linux-gnu" "$GPUFORGE_OFI_PREFIX/lib"; do
+        if [[ -e "$dir/$GPUFORGE_OFI_LIBRARY" ]]; then
+            echo "$dir"
+            return 0
+        fi
+    done
+    die "aws_ofi_nccl: no $GPUFORGE_OFI_LIBRARY under $GPUFORGE_OFI_PREFIX after the $GPUFORGE_OFI_INSTALL install"
+}
+
 # --- the node ---------------------------------------------------------------------------------
 
 require_kernel() {

@@ -142,18 +142,18 @@ def test_nccl_tests_are_the_ami_step_built_with_mpi(tmp_path: Path, source: Path
 
 @pytest.mark.parametrize("source", KUBERNETES_MATRICES[:1], ids=lambda path: path.stem)
 def test_efa_installer_is_the_amis_download_checked_against_the_matrix(tmp_path: Path, source: Path) -> None:
+    """The AMI (50-efa.sh) and the container call the one download in lib.sh, which the context copies whole."""
     _, _, out = rendered(tmp_path, source)
+    for script in (SCRIPTS / "50-efa.sh", out / "scripts" / ac.STEPS_SCRIPT):
+        assert 'efa_installer_unpacked "$work"' in script.read_text(), script
+    lib = (out / "scripts" / "lib.sh").read_text()
+    assert lib == (SCRIPTS / "lib.sh").read_text()
     url = re.compile(r'download_checked "(https://efa-installer\.amazonaws\.com/[^"]+)" \\\n\s+"([^"]+)"')
-    ami = url.search((SCRIPTS / "50-efa.sh").read_text())
-    container = url.search((out / "scripts" / ac.STEPS_SCRIPT).read_text())
-    assert ami is not None and container is not None
-    assert (
-        container.groups()
-        == ami.groups()
-        == (
-            "https://efa-installer.amazonaws.com/aws-efa-installer-$GPUFORGE_EFA_INSTALLER.tar.gz",
-            "$GPUFORGE_EFA_SHA256",
-        )
+    found = url.search(lib)
+    assert found is not None
+    assert found.groups() == (
+        "https://efa-installer.amazonaws.com/aws-efa-installer-$GPUFORGE_EFA_INSTALLER.tar.gz",
+        "$GPUFORGE_EFA_SHA256",
     )
 
 

@@ -46,8 +46,7 @@ def test_cuda_is_installed_from_the_toolkit_package_never_the_driver_pulling_met
 
 def test_the_efa_installer_is_checked_before_it_runs() -> None:
     text = (SCRIPTS / "50-efa.sh").read_text()
-    assert text.index("download_checked") < text.index("efa_installer.sh -y")
-    assert '"$GPUFORGE_EFA_SHA256"' in text
+    assert text.index('efa_installer_unpacked "$work"') < text.index("efa_installer.sh -y")
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +69,22 @@ def _bash(payload: Path, script: str, env: dict[str, str] | None = None) -> subp
         env={"PATH": base_path(payload.parent / "base-bin"), **(env or {})},
         check=False,
     )
+
+
+def test_an_efa_installer_that_is_not_the_pinned_one_is_refused_before_it_is_unpacked(
+    payloads: dict[str, Path], tmp_path: Path
+) -> None:
+    """lib.sh's efa_installer_unpacked (the AMI's and the acceptance container's one download) stops on a tarball
+    whose sha256 is not the matrix's, before tar sees it. curl is a stand-in writing other bytes."""
+    work = tmp_path / "work"
+    work.mkdir()
+    fake_curl = (
+        'curl() { while [ "$#" -gt 0 ]; do [ "$1" = -o ] && out="$2"; shift; done; echo other >"$out"; }'
+    )
+    done = _bash(payloads["p5-h100-cuda12"], f'{fake_curl}; efa_installer_unpacked "{work}"')
+    assert done.returncode != 0
+    assert "aws-efa-installer-" in done.stderr and "refusing to run it" in done.stderr
+    assert sorted(path.name for path in work.iterdir()) == ["efa.tar.gz"]  # nothing unpacked
 
 
 @pytest.mark.parametrize(

@@ -38,12 +38,10 @@ step_nccl() {
 }
 
 step_efa() {
-    local work plugin_dir="" dir
+    local work plugin_dir
     work="$(mktemp -d)"
-    # The AMI's download (50-efa.sh), checked against the matrix's sha256 before it runs.
-    download_checked "https://efa-installer.amazonaws.com/aws-efa-installer-$GPUFORGE_EFA_INSTALLER.tar.gz" \
-        "$GPUFORGE_EFA_SHA256" "$work/efa.tar.gz"
-    tar -xzf "$work/efa.tar.gz" -C "$work"
+    # The AMI's download (lib.sh, as 50-efa.sh), checked against the matrix's sha256 before it runs.
+    efa_installer_unpacked "$work"
     # In a container, as AWS's nccl-tests image installs it (aws-samples/awsome-distributed-training,
     # micro-benchmarks/nccl-tests/nccl-tests.Dockerfile at commit 0162aacd5da07d424e13f44bef8dd2c4cfcc66e4): the
     # base's verbs packages removed for the installer's own rdma-core, and no kernel module (the node's), no
@@ -52,30 +50,11 @@ step_efa() {
     apt-get remove "${APT_OPTIONS[@]}" --allow-change-held-packages \
         ibverbs-utils libibverbs-dev libibverbs1 libmlx5-1
     (cd "$work/aws-efa-installer" && ./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify)
-    grep -qx "# EFA installer version: $GPUFORGE_EFA_INSTALLER" "$(efa_installed_file)" ||
-        die "efa_installer: $(efa_installed_file) does not record installer $GPUFORGE_EFA_INSTALLER"
+    efa_installer_recorded
 
-    # aws-ofi-nccl: the installer's bundled plugin, or a separate build, exactly as 50-efa.sh does.
-    if [[ "$GPUFORGE_OFI_INSTALL" == separate ]]; then
-        download_checked "$GPUFORGE_OFI_TARBALL_URL" "$GPUFORGE_OFI_SHA256" "$work/ofi.tar.gz"
-        mkdir "$work/ofi"
-        tar -xzf "$work/ofi.tar.gz" -C "$work/ofi" --strip-components=1
-        (
-            cd "$work/ofi"
-            ./configure --prefix="$GPUFORGE_OFI_PREFIX" --with-libfabric=/opt/amazon/efa \
-                --with-cuda="/usr/local/cuda-${GPUFORGE_CUDA%.*}"
-            make -j "$(nproc)"
-            make install
-        )
-    fi
-    for dir in "$GPUFORGE_OFI_PREFIX/lib/x86_64-linux-gnu" "$GPUFORGE_OFI_PREFIX/lib"; do
-        if [[ -e "$dir/$GPUFORGE_OFI_LIBRARY" ]]; then
-            plugin_dir="$dir"
-            break
-        fi
-    done
-    [[ -n "$plugin_dir" ]] ||
-        die "aws_ofi_nccl: no $GPUFORGE_OFI_LIBRARY under $GPUFORGE_OFI_PREFIX after the $GPUFORGE_OFI_INSTALL install"
+    # aws-ofi-nccl: the installer's bundled plugin, or a separate build, exactly as 50-efa.sh does (lib.sh).
+    ofi_built_if_separate "$work"
+    plugin_dir="$(ofi_plugin_dir)"
     # The plugin first, as on the AMI; then Open MPI's and libfabric's libraries, which on a node a login shell
     # would add: a container's processes (a Job's all_reduce_perf, the ranks sshd starts) get no login shell.
     printf '%s\n' "$plugin_dir" "$MPI_HOME/lib" "$EFA_LIB" >"$LD_CONF"
