@@ -86,7 +86,8 @@ def register(subparsers: Any) -> None:
         description="Applies the objects `scheduler render` writes for a `type: kubernetes` stack to its cluster "
         "with server-side apply (field manager gpuforge), after checking that Kueue is installed at its pinned "
         "image, and deletes this cluster's gpuforge objects the stack no longer has (namespaces are kept). Run it "
-        "from a host that reaches the private EKS endpoint. Exit 0 when applied or nothing changed; 1 when the API "
+        "from a host that reaches the private EKS endpoint, with AWS credentials: the EFA device plugin's digest is "
+        "read from ECR in the stack's region first. Exit 0 when applied or nothing changed; 1 when the API "
         "server failed or timed out (run again); 2 for bad config, a stack that is not Kubernetes, Kueue missing "
         "or not as pinned (the helm command is printed), an unreachable server or a refused identity.",
     )
