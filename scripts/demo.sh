@@ -71,7 +71,6 @@ done
 kubernetes_dir=.gpuforge/kubernetes/p5-eks
 step "4/5 (EKS) Rendering the Kubernetes objects gpuforge scheduler apply puts on the p5-eks cluster (gpuforge scheduler render), into ${kubernetes_dir}"
 "$gpuforge" scheduler render "$stack_dir" --stack p5-eks --out "$kubernetes_dir"
-(cd "$kubernetes_dir" && find . -type f | sort)
 
 monitoring_dir=.gpuforge/monitoring/${stack}
 step "5/5 Rendering the monitoring the ${stack} controller runs (gpuforge monitoring render), into ${monitoring_dir}"
