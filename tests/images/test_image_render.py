@@ -22,6 +22,7 @@ from gpuforge.images.render import (
     ami_name,
     build_file_text,
     render,
+    staged_out_dir,
 )
 from gpuforge.images.tags import ami_tags
 
@@ -296,3 +297,27 @@ def test_nccl_tests_build_after_the_efa_installer_and_skip_when_unpinned(tmp_pat
     }
     script = (MATRICES.parent / "scripts" / "55-nccl-tests.sh").read_text(encoding="utf-8")
     assert 'download_checked "$GPUFORGE_NCCL_TESTS_URL" "$GPUFORGE_NCCL_TESTS_SHA256"' in script
+
+
+def test_a_folder_that_fails_midway_leaves_nothing_behind(tmp_path: Path) -> None:
+    """staged_out_dir (the rendered build's and the acceptance context's one writer): a write that fails after
+    some files were made (a full disk: ENOSPC) leaves neither `out` nor a staging folder, and says what was written."""
+    import errno
+
+    out = tmp_path / "build"
+    with pytest.raises(InputError) as caught, staged_out_dir(out, "the test's files") as staging:
+        (staging / "first").write_text("made", encoding="utf-8")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert str(caught.value).startswith(f"{out}: cannot write the test's files (No space left on device)")
+    assert "Fix:" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_written_whole_replaces_an_empty_out(tmp_path: Path) -> None:
+    out = tmp_path / "build"
+    out.mkdir()
+    with staged_out_dir(out, "the test's files") as staging:
+        (staging / "first").write_text("made", encoding="utf-8")
+        assert not (out / "first").exists()  # nothing shows in `out` until the whole folder is written
+    assert (out / "first").read_text(encoding="utf-8") == "made"
+    assert [path.name for path in tmp_path.iterdir()] == ["build"]
