@@ -43,6 +43,21 @@ MAX_DATA_BYTES = 16 * 1024 * 1024  # a catalog or a saved AWS response
 MAX_DEPTH = 64  # the deepest shipped file nests 6 levels
 
 
+def expand_user(path: Path, *, what: str) -> Path:
+    """`path` with a leading `~` or `~user` expanded; InputError naming `what` when that home is unknown.
+
+    pathlib raises RuntimeError for `~user` of a user this machine does not have (`~0`, found by the fuzz test
+    of stack paths), which would otherwise end a command in a traceback."""
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        user = str(path).split("/", 1)[0]
+        raise InputError(
+            f"{what} = {str(path)[:200]!r}: {user} names the home folder of a user this machine does not have. "
+            "Fix: give the path without ~, or with ~ alone for your own home folder."
+        ) from None
+
+
 def _fail(path: Path | str, problem: str, fix: str) -> InputError:
     return InputError(f"{path}: {problem}. Fix: {fix}.")
 

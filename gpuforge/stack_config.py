@@ -91,7 +91,7 @@ from gpuforge.components.specs import (
 )
 from gpuforge.display import cut
 from gpuforge.errors import InputError
-from gpuforge.loading import load_yaml
+from gpuforge.loading import expand_user, load_yaml
 from gpuforge.regions import region_problem
 from gpuforge.scheduler import slurm_values
 from gpuforge.subnet_limits import MAX_NODE_COUNT
@@ -457,7 +457,7 @@ def _resolve(source: str, key: str, stack_dir: Path, value: str) -> Path:
             f"{source}: {NAMESPACE}:{key} = {cut(value)} {problem}. "
             f"Fix: give the path of a file, relative to the stack directory {stack_dir} or absolute."
         )
-    path = Path(value).expanduser()
+    path = expand_user(Path(value), what=f"{source}: {NAMESPACE}:{key}")
     return path if path.is_absolute() else (stack_dir / path).resolve()
 
 

@@ -31,6 +31,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 from gpuforge import pulumi_mocks
 from gpuforge.errors import GpuforgeError, InputError
+from gpuforge.loading import expand_user
 from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedResource
 from gpuforge.stack_config import StackConfig, load_stack_config
 
@@ -137,7 +138,7 @@ def stack_program(config: StackConfig) -> Path:
 
 def with_catalog(config: StackConfig, catalog: Path) -> StackConfig:
     """The config with `gpuforge:catalog` set to `catalog`, as `pulumi config set` would set it."""
-    path = catalog.expanduser().resolve()
+    path = expand_user(catalog, what="--catalog").resolve()
     values = {**config.engine_values, "gpuforge:catalog": str(path)}
     return config.model_copy(update={"catalog_path": path, "engine_values": values})
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuforge.errors import InputError
-from gpuforge.loading import load_json, load_yaml
+from gpuforge.loading import expand_user, load_json, load_yaml
 from gpuforge.pulumi_mocks import ANSWERED_CALLS
 
 GET_AMI = "aws:ec2/getAmi:getAmi"
@@ -58,7 +58,7 @@ class MockAnswers:
 
 def load_answers(path: Path) -> MockAnswers:
     """Read a mock-answers file; InputError names the file, the key and the fix."""
-    path = path.expanduser().absolute()
+    path = expand_user(path, what="the mock answers file").absolute()
     loader = load_json if path.suffix == ".json" else load_yaml
     data = loader(path, what="mock-answers file", fix=FIX)
     if not isinstance(data, dict) or set(data) != {INVOKES_KEY}:

@@ -21,6 +21,7 @@ from typing import Any
 
 from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.images.catalog import DEFAULT_CATALOG, load_catalog, read_catalog
+from gpuforge.loading import expand_user
 from gpuforge.plan.run import ProgramRun, stack_program
 from gpuforge.plan.stack_plan import policy_config
 from gpuforge.policies.node_settings import AMI_FIELD
@@ -77,7 +78,7 @@ def check(
     project = load_project(directory, stack=stack, config_file=config_file, overrides=config)
     if catalog is not None:
         # What `gpuforge plan --catalog` does: a gpuforge stack program resolves its AMI from this key.
-        catalog_path = catalog.expanduser().resolve()
+        catalog_path = expand_user(catalog, what="catalog").resolve()
         project = replace(project, config={**project.config, CATALOG_CONFIG: str(catalog_path)})
     elif CATALOG_CONFIG in project.config:
         # Relative to the project folder, as gpuforge.stack_config resolves it for the program.

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuforge.errors import InputError
-from gpuforge.loading import load_yaml
+from gpuforge.loading import expand_user, load_yaml
 from gpuforge.pulumi_mocks import DEFAULT_REGION
 from gpuforge.regions import region_problem
 from gpuforge.stack_config import REGION_KEY, engine_config
@@ -75,7 +75,7 @@ def load_project(
     `overrides` are set on top of the files (a value of None removes the key), as
     `pulumi config set` would set them; the pytest plugin passes its `config=` here.
     """
-    directory = directory.expanduser()
+    directory = expand_user(directory, what="the project directory")
     if not _is_dir(directory):
         raise InputError(
             f"{directory}: not a folder. Fix: point gpuforge policy check at the folder that holds the "
@@ -191,7 +191,7 @@ def _stack_file(stack_dir: Path, stack: str | None, config_file: Path | None) ->
     """The stack's name and config file, chosen as the Pulumi CLI chooses them."""
     shipped = sorted(path.name[len("Pulumi.") : -len(".yaml")] for path in stack_dir.glob("Pulumi.*.yaml"))
     if config_file is not None:
-        path = config_file.expanduser().absolute()
+        path = expand_user(config_file, what="the stack config file").absolute()
         if not _is_file(path):
             raise InputError(f"{path}: no such config file. Fix: pass --config-file with an existing file.")
         if stack is not None:

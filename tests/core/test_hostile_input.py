@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuforge.cli import main
-from gpuforge.errors import GpuforgeError
+from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.images.matrix import check_file
 from gpuforge.node.manifest import load_manifest
 from gpuforge.scheduler.topology import from_response
@@ -85,6 +85,19 @@ def test_stack_config_paths(tmp_path: Path, matrix_path: str) -> None:
     config = {**STACK_BASE["config"], "gpuforge:matrix": matrix_path, "gpuforge:catalog": matrix_path}
     (stack_dir / "Pulumi.dev.yaml").write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
     bounded(lambda: load_stack_config(stack_dir, "dev"))
+
+
+@pytest.mark.parametrize("key", ["gpuforge:matrix", "gpuforge:catalog"])
+def test_a_path_in_the_home_of_an_unknown_user_is_refused_naming_the_key(tmp_path: Path, key: str) -> None:
+    """`~0/...` (a user this machine lacks) once ended in pathlib's RuntimeError: the fuzz test above found it."""
+    stack_dir = _stack_dir(tmp_path)
+    config = {**STACK_BASE["config"], key: "~0/m.yaml"}
+    (stack_dir / "Pulumi.dev.yaml").write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
+    with pytest.raises(InputError) as caught:
+        load_stack_config(stack_dir, "dev")
+    message = str(caught.value)
+    assert f"{key} = '~0/m.yaml'" in message and "~0 names the home folder of a user" in message
+    assert "Fix:" in message
 
 
 @FUZZ
