@@ -136,7 +136,13 @@ def _stopped_build(
     groups: set[int] = set()
 
     def observe(event: Event) -> None:
-        groups.update(os.getpgid(pid) for pid in pids_with(template))
+        for pid in pids_with(template):
+            try:
+                groups.add(os.getpgid(pid))
+            except (
+                ProcessLookupError
+            ):  # it exited between the listing and this call: its group is seen elsewhere
+                continue
         if interrupt and "provisioning-started" in event.text:
             os.kill(os.getpid(), signal.SIGINT)  # what a terminal's Ctrl-C delivers to gpuforge
 
