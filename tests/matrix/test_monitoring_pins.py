@@ -122,6 +122,26 @@ def test_the_lts_table_holds_prometheus_ios_row_for_3_5() -> None:
     assert "prometheus.io/docs/introduction/release-cycle" in table.lts["3.5"].source
 
 
+def test_the_lts_table_holds_prometheus_docs_row_for_3_13() -> None:
+    # prometheus/docs docs/introduction/release-cycle.md at c105550aad07 (the source of prometheus.io's
+    # page): "Prometheus 3.13 | 2026-07-01 | 2027-07-31 | Supported".
+    row = monitoring_versions().prometheus.lts["3.13"]
+    assert row.end_of_support == date(2027, 7, 31)
+    assert "prometheus/docs docs/introduction/release-cycle.md" in row.source
+
+
+def test_every_shipped_matrix_is_accepted_until_3_13_support_ends_and_refused_on_that_day() -> None:
+    """The boundary of monitoring.prometheus-supported for the shipped pins: all of July 2027 still passes
+    (a warning only), 2027-07-31, the day prometheus/docs gives as 3.13's end of support, is an error."""
+    for path in sorted(MATRICES.glob("*.yaml")):
+        data = __import__("yaml").safe_load(path.read_text(encoding="utf-8"))
+        for today in (date(2027, 7, 1), date(2027, 7, 30)):
+            assert [severity for _, severity, _ in _lts_findings(data, today)] == ["warning"], (path.name, today)
+        ended = _lts_findings(data, date(2027, 7, 31))
+        assert [severity for _, severity, _ in ended] == ["error"], path.name
+        assert "2027-07-31" in ended[0][2]
+
+
 def test_every_shipped_matrix_pins_a_supported_lts_prometheus_on_2026_12_04() -> None:
     for path in sorted(MATRICES.glob("*.yaml")):
         data = __import__("yaml").safe_load(path.read_text(encoding="utf-8"))
