@@ -256,8 +256,8 @@ def efa_device_plugin(image: Image) -> dict[str, Any]:
     )
 
 
-# The integrations Kueue's manager runs: those of charts/kueue/values.yaml at v0.17.4 (kubernetes-sigs/kueue tag
-# v0.17.4, commit 21235e3c23bb1e885fa6cb4b63dc307f40c009c6, managerConfig.controllerManagerConfigYaml), written
+# The integrations Kueue's manager runs: those of charts/kueue/values.yaml at v0.17.6 (kubernetes-sigs/kueue tag
+# v0.17.6, commit 7ed46abf7ed7e211bc51956c852e0ffa8153efa4, managerConfig.controllerManagerConfigYaml), written
 # out so that a later chart's default cannot drop one gpuforge relies on: `gpuforge validate` submits batch Jobs
 # (diag, NVLink, and the Indexed Jobs of its multi-node NCCL runs: gpuforge.validate.kubernetes_mpi). The
 # others stay as the chart has them, for the teams' own workloads.
@@ -283,7 +283,7 @@ KUEUE_FRAMEWORKS: tuple[str, ...] = (
 
 
 def kueue_manager_config() -> dict[str, Any]:
-    """Kueue's Configuration as the chart's default at v0.17.4 (its commented-out options left out), with the
+    """Kueue's Configuration as the chart's default at v0.17.6 (its commented-out options left out), with the
     integrations of KUEUE_FRAMEWORKS. The chart takes it as one YAML string and adds its own certificate
     settings (templates/manager/manager-config.yaml), so it is written whole."""
     return {

@@ -18,10 +18,10 @@ import yaml
 
 CRDS = Path(__file__).parent / "crds"
 KUEUE_GROUP = "kueue.x-k8s.io"
-# The sums tests/kubernetes/crds/README.md records for the vendored v0.17.4 files.
+# The sums tests/kubernetes/crds/README.md records for the vendored v0.17.6 files.
 CRD_SHA256 = {
     "kueue.x-k8s.io_clusterqueues.yaml": "666f5466bf85ace8c494a9a790ba87c4c18ddf3ab3eb9f18c878927d396869f3",
-    "kueue.x-k8s.io_localqueues.yaml": "5c5768caeb499bb869bb8f90e4f5293170b183a4a74b618f1f182264d9ce4437",
+    "kueue.x-k8s.io_localqueues.yaml": "dd10ef8d3578e7212fa52763549e7b6be0949793a5b924495fcd293330109fed",
     "kueue.x-k8s.io_resourceflavors.yaml": "19e339c47e9ca3fa2c9eeddd27715a512f765c4794ed859733408a9715720173",
     "kueue.x-k8s.io_topologies.yaml": "0debce5049a3931db15c99d8acddb0cc509c24fedc98f0bb0235095f7092fc11",
     "kueue.x-k8s.io_workloadpriorityclasses.yaml": "b6c089d45938adf9afd21da05a6c613f29408989aa66afc09db189eb724db5a3",

@@ -279,7 +279,7 @@ ESTABLISHED_TIMEOUT_S = 60.0
 
 
 def install_kueue_crds(kubeconfig: Path) -> None:
-    """Create Kueue's vendored CRDs (crds/, Kueue v0.17.4) on the server and wait (bounded) until each is
+    """Create Kueue's vendored CRDs (crds/, Kueue v0.17.6) on the server and wait (bounded) until each is
     Established, as Kueue's chart leaves them: its kinds are then served."""
     from kubernetes import client, config
 

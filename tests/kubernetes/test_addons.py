@@ -38,12 +38,12 @@ def test_every_pinned_image_has_a_sourced_digest_or_says_why_not() -> None:
 
 def test_kueue_is_pinned_by_the_digest_its_release_issue_published() -> None:
     kueue = pins().addons["kueue"]
-    assert kueue.version == "v0.17.4" and kueue.api_version == "kueue.x-k8s.io/v1beta2"
+    assert kueue.version == "v0.17.6" and kueue.api_version == "kueue.x-k8s.io/v1beta2"
     image = kueue.images[0]
     assert image.reference == (
-        "registry.k8s.io/kueue/kueue@sha256:52037b94284ee385d744d2c3500cbac3833a9e7c619b2797adaba980712cc706"
+        "registry.k8s.io/kueue/kueue@sha256:f4a07665a531b9c1e71e3fa73d2c5230a038f84cfdb4c4262c3d71fec4576c09"
     )
-    assert "kubernetes-sigs/kueue issue #11359" in (image.digest_source or "")
+    assert "kubernetes-sigs/kueue issue #12428" in (image.digest_source or "")
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_kueue_is_pinned_by_the_digest_its_release_issue_published() -> None:
     [
         {"digest": "sha256:" + "0" * 64},  # a digest with no source
         {"digest": None},  # no digest and no reason
-        {"digest": "v0.17.4", "digest_source": "x"},  # a tag is not a digest
+        {"digest": "v0.17.6", "digest_source": "x"},  # a tag is not a digest
         {"digest": "sha256:" + "0" * 63, "digest_source": "x"},
     ],
 )

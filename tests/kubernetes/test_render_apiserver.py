@@ -1,7 +1,7 @@
 """Every Kubernetes object `gpuforge scheduler render` writes is accepted by a real kube-apiserver.
 
 The API server (kube_cluster.py: kube-apiserver 1.35.8 built from k8s.io/kubernetes, etcd 3.5
-from Debian) has Kueue's vendored CRDs (crds/, Kueue v0.17.4) installed for real; the rendered
+from Debian) has Kueue's vendored CRDs (crds/, Kueue v0.17.6) installed for real; the rendered
 namespaces are created, every other rendered object is sent with server-side dry run
 (`dryRun=All`): admission, the built-in types' validation and the CRDs' structural schemas and
 CEL rules (`x-kubernetes-validations`, which the jsonschema checks cannot run) all apply, and

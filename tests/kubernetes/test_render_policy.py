@@ -140,6 +140,6 @@ def test_kueue_values_integrate_batch_jobs_explicitly() -> None:
     frameworks = config["integrations"]["frameworks"]
     assert {"batch/job", "kubeflow.org/mpijob", "jobset.x-k8s.io/jobset"} <= set(frameworks)
     assert len(frameworks) == len(set(frameworks))
-    # The chart's own settings kept (charts/kueue/values.yaml at v0.17.4): leader election and the webhook port.
+    # The chart's own settings kept (charts/kueue/values.yaml at v0.17.6): leader election and the webhook port.
     assert config["leaderElection"] == {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"}
     assert config["webhook"] == {"port": 9443}

@@ -1,7 +1,7 @@
 """`gpuforge scheduler apply` against a real kube-apiserver (kube_cluster.py: 1.35.8 built from k8s.io/kubernetes,
 etcd 3.5 from Debian), one fresh server per test so no test sees another's objects.
 
-"Kueue installed" is played by the test: Kueue's vendored CRDs (crds/, Kueue v0.17.4) are installed for real and
+"Kueue installed" is played by the test: Kueue's vendored CRDs (crds/, Kueue v0.17.6) are installed for real and
 Established, and a Deployment `kueue-system/kueue-controller-manager` (the name Kueue's chart gives it for the
 release `kueue`) is created with the image reference the chart writes from the rendered values
 (`repository:tag`, the tag carrying the pinned digest). No Kueue controller runs (the server has no

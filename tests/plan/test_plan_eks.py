@@ -36,7 +36,7 @@ def test_p5_eks_plan_shows_the_addons_and_kueue_objects_scheduler_render_writes(
         "  add-ons    nvidia-device-plugin v0.17.4 (nvcr.io/nvidia/k8s-device-plugin@sha256:3c54348fe5a5"
         in text
     )
-    assert "kueue v0.17.4 (registry.k8s.io/kueue/kueue@sha256:" in text
+    assert "kueue v0.17.6 (registry.k8s.io/kueue/kueue@sha256:" in text
     # The EFA plugin's image has no sourced digest: not applied by tag, and the plan says so and why.
     efa = "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.21-eksbuild.9"
     assert (
