@@ -59,14 +59,20 @@ from gpuforge.components.network import SecondZoneNeed, second_private_subnet
 
 TOKEN: Final = "gpuforge:scheduler:AccountingDatabase"
 ENGINE: Final = "aurora-mysql"
-# Aurora MySQL 3.10.0, compatible with MySQL 8.0.42, released 2025-07-31 and designated a long-term
-# support (LTS) release: "Aurora MySQL database engine updates 2025-07-31 (version 3.10.0, compatible
-# with MySQL 8.0.42)", https://docs.aws.amazon.com/AmazonRDS/latest/AuroraMySQLReleaseNotes/AuroraMySQL.Updates.3100.html;
-# the version string's form "8.0.mysql_aurora.<3.x.y>" is
+# Aurora MySQL 3.10, compatible with MySQL 8.0.42, is a long-term support (LTS) line: 3.10.0 was released
+# 2025-07-31 and designated LTS ("Aurora MySQL database engine updates 2025-07-31 (version 3.10.0, compatible
+# with MySQL 8.0.42)", https://docs.aws.amazon.com/AmazonRDS/latest/AuroraMySQLReleaseNotes/AuroraMySQL.Updates.3100.html).
+# Its patches since: 3.10.1 (2025-09-30), 3.10.2 (2025-11-20), 3.10.3 (2026-01-02), 3.10.4 (2026-03-30) and
+# 3.10.5 (2026-07-30), the newest in "Database engine updates for Amazon Aurora MySQL version 3"
+# (https://docs.aws.amazon.com/AmazonRDS/latest/AuroraMySQLReleaseNotes/AuroraMySQL.Updates.30Updates.html and
+# its document history, read 2026-12-07 in AWS's stored copies). AWS: "We recommend that you always upgrade to
+# the latest Aurora release to be protected against known vulnerabilities"
+# (https://docs.aws.amazon.com/AmazonRDS/latest/AuroraMySQLReleaseNotes/AuroraMySQL.CVE_list.html), so the pin is
+# the newest 3.10 patch. The version string's form "8.0.mysql_aurora.<3.x.y>" is
 # https://docs.aws.amazon.com/AmazonRDS/latest/AuroraUserGuide/AuroraMySQL.Updates.Versions.html.
-ENGINE_VERSION: Final = "8.0.mysql_aurora.3.10.0"
+ENGINE_VERSION: Final = "8.0.mysql_aurora.3.10.5"
 ENGINE_VERSION_SOURCE: Final = (
-    "https://docs.aws.amazon.com/AmazonRDS/latest/AuroraMySQLReleaseNotes/AuroraMySQL.Updates.3100.html"
+    "https://docs.aws.amazon.com/AmazonRDS/latest/AuroraMySQLReleaseNotes/AuroraMySQL.Updates.3105.html"
 )
 # The parameter group family of Aurora MySQL version 3 (MySQL 8.0 compatible).
 PARAMETER_GROUP_FAMILY: Final = "aurora-mysql8.0"

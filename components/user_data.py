@@ -620,7 +620,8 @@ def _accounting(accounting: Accounting, state_dir: str) -> tuple[dict[str, str],
         "ACCOUNTING_SECRET": (
             f"{state_dir}/{ACCOUNTING_PASSWORD_NAME}" if local else str(accounting.secret_arn)
         ),
-        # TLS to Aurora, verified against RDS's CAs; the local MariaDB is reached on this host only.
+        # TLS to Aurora, its certificate chain verified against RDS's CAs (not its host name: _slurmdbd_conf in
+        # gpuforge/scheduler/render.py says why); the local MariaDB is reached on this host only.
         "STORAGE_TLS_CA": "" if local else RDS_CA_BUNDLE,
     }
     sections = [_SLURMDBD_CONF]

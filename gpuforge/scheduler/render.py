@@ -389,9 +389,17 @@ def _slurmdbd_conf(cluster: SlurmCluster) -> str:
         ("StorageLoc", site.storage_loc),
     ]
     if cluster.scheduler.accounting.database == "aurora":
-        # TLS to Aurora, verified against RDS's CA bundle: StorageParameters=SSL_CA=<file> ("The path name of the
-        # Certificate Authority (CA) certificate file", slurmdbd.conf(5) of Slurm 26.05); the cluster's parameter
-        # group sets require_secure_transport=ON, so a connection without TLS is refused by the server too.
+        # TLS to Aurora: StorageParameters=SSL_CA=<file> ("The path name of the Certificate Authority (CA)
+        # certificate file", slurmdbd.conf(5) of Slurm 26.05); the cluster's parameter group sets
+        # require_secure_transport=ON, so a connection without TLS is refused by the server too. What is checked is
+        # the certificate chain, not the host name: Slurm passes SSL_CA to mysql_ssl_set() only and has no option
+        # for MYSQL_OPT_SSL_VERIFY_SERVER_CERT (SchedMD/slurm src/database/mysql_common.c, _set_mysql_ssl_opts, at
+        # tag slurm-26-05-3-1 and branch slurm-26.05 531c4b2ea9b8); MariaDB Connector/C with OpenSSL (Ubuntu
+        # 22.04's libmariadb3 1:10.6.23 depends on libssl3) then sets SSL_VERIFY_PEER and refuses a chain that
+        # does not reach the bundle, but runs X509_check_host only when that option is set
+        # (mariadb-corporation/mariadb-connector-c libmariadb/secure/openssl.c and ma_pvio.c at tags v3.1.24,
+        # v3.2.7 and v3.3.11). So any certificate an RDS CA signed is accepted: that the peer is this cluster's
+        # writer rests on the VPC's own DNS resolver and routing.
         settings.append(("StorageParameters", f"SSL_CA={site.storage_tls_ca}"))
     return _header(cluster, "slurmdbd.conf") + _lines(settings)
 

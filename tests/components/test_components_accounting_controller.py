@@ -227,7 +227,7 @@ def test_a_cluster_with_aurora_makes_it_in_its_vpc_and_says_so(mocks: GpuforgeMo
     (cluster,) = mocks.of_type(RDS_CLUSTER)
     assert summary["accounting"] == {
         "database": "aurora",
-        "engine_version": "8.0.mysql_aurora.3.10.0",
+        "engine_version": "8.0.mysql_aurora.3.10.5",
         "endpoint": cluster.outputs["endpoint"],
         "state_volume_gib": 20,
     }

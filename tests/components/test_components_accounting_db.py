@@ -50,7 +50,7 @@ def test_aurora_serverless_v2_with_every_setting_the_issue_asks(mocks: GpuforgeM
     outputs = deploy()
     cluster = one(mocks, CLUSTER).inputs
     assert cluster["engine"] == "aurora-mysql" and cluster["engineMode"] == "provisioned"
-    assert cluster["engineVersion"] == "8.0.mysql_aurora.3.10.0"
+    assert cluster["engineVersion"] == "8.0.mysql_aurora.3.10.5"
     assert cluster["serverlessv2ScalingConfiguration"] == {"minCapacity": 0.5, "maxCapacity": 4.0}
     assert cluster["storageEncrypted"] is True
     assert cluster["deletionProtection"] is True

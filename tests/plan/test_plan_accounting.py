@@ -76,12 +76,12 @@ def test_p5_prod_with_aurora_plans_the_database_and_passes_the_pack(
         ("aws:ec2/subnet:Subnet", "p5-prod-slurm-accounting-subnet"),
     } <= named
     accounting = result.summary["accounting"]
-    assert accounting["database"] == "aurora" and accounting["engine_version"] == "8.0.mysql_aurora.3.10.0"
+    assert accounting["database"] == "aurora" and accounting["engine_version"] == "8.0.mysql_aurora.3.10.5"
     assert accounting["endpoint"].endswith(".rds.amazonaws.com")
     assert result.mandatory_failures == ()
     line = next(line for line in summary_lines(result.summary) if line.startswith("  accounting "))
     assert line.startswith(
-        f"  accounting slurmdbd with Aurora MySQL Serverless v2 8.0.mysql_aurora.3.10.0 at {accounting['endpoint']} "
+        f"  accounting slurmdbd with Aurora MySQL Serverless v2 8.0.mysql_aurora.3.10.5 at {accounting['endpoint']} "
     )
 
 
