@@ -30,7 +30,7 @@ from pydantic import (
 
 from gpuforge.components import cluster_rules, lustre_rules
 from gpuforge.components.input_errors import from_validation_error, invalid
-from gpuforge.scheduler import slurm_values
+from gpuforge.scheduler import reserved, slurm_values
 from gpuforge.subnet_limits import MAX_NODE_COUNT
 
 CapacityType = Literal["on-demand", "reservation", "capacity-block"]
@@ -670,6 +670,7 @@ class SchedulerSpec(_Spec):
         if self.type == "kubernetes":
             check_kubernetes(self)
             _check_accounts(self.qos, self.teams)
+            reserved.check(self)
             return self
         _refuse_given(self, _KUBERNETES_KEYS, "slurm or none", "they configure EKS; set type: kubernetes")
         if self.type == "none":
@@ -723,6 +724,7 @@ class SchedulerSpec(_Spec):
                 source=_SLURM_DOC,
             )
         _check_accounts(self.qos, self.teams)
+        reserved.check(self)
         return self
 
     @property

@@ -18,7 +18,6 @@ says who preempts whom; where that cannot be said with priorities alone, renderi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -26,14 +25,12 @@ from typing import Any, Protocol
 from gpuforge.errors import InputError
 from gpuforge.hardware import InstanceType
 from gpuforge.kubernetes.addons import pins
+from gpuforge.scheduler import reserved
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # EKS labels nodes from DescribeInstanceTopology (cloud-provider-aws #1038); layer 1 is the top.
 LAYER_LABEL = "topology.k8s.aws/network-node-layer-{}"
 GPU_RESOURCE = "nvidia.com/gpu"
-# RFC 1123 label: namespaces, and the names gpuforge gives queues and priority classes.
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_K8S_NAMES = "https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#dns-label-names"
 _KUEUE_PREEMPTION = "https://kueue.sigs.k8s.io/docs/concepts/preemption/"
 # Priorities above this are reserved for system classes: kubernetes/kubernetes
 # pkg/apis/scheduling/types.go, HighestUserDefinablePriority = int32(1000000000).
@@ -73,12 +70,8 @@ class GpuNodeGroup:
 
 def dns_label(value: str, *, field: str) -> str:
     """`value` when it is an RFC 1123 label (a Kubernetes namespace or object name); else InputError."""
-    if not _DNS_LABEL.fullmatch(value):
-        raise InputError(
-            f"{field}: {value!r} cannot name a Kubernetes object (rule: an RFC 1123 label, lower-case "
-            f"letters, digits and '-', at most 63, starting and ending alphanumeric; {_K8S_NAMES}). "
-            "Fix: rename it, e.g. with '-' in place of '_' and lower case; the Slurm side accepts that name too."
-        )
+    problem = reserved.dns_label_problem(field, value, "it cannot name a Kubernetes object")
+    reserved.refuse([] if problem is None else [problem])
     return value
 
 

@@ -28,6 +28,7 @@ from gpuforge.kubernetes.addons import (
 )
 from gpuforge.kubernetes.check import check_object
 from gpuforge.kubernetes.kueue import GpuNodeGroup, QosLike, TeamLike
+from gpuforge.scheduler import reserved
 
 if TYPE_CHECKING:
     from gpuforge.stack_config import StackConfig
@@ -114,14 +115,15 @@ def render_addons(
     `place` gives each add-on image as the cluster's nodes pull it (`stack_addons`: the stack region's copy of
     an image AWS serves per region, with the digest ECR names when applying); None keeps the pins as they are.
 
-    Raises InputError for a team or QOS block Kubernetes cannot carry (a name that is not a DNS
-    label, a preemption Kueue's priority order cannot say), or for an object that breaks a mandatory
-    Kubernetes rule of the policy pack (an image not by digest, a GPU pod without the taint's
-    toleration), before anything is written.
+    Raises InputError for a team or QOS block Kubernetes cannot carry (a name that is not a DNS label,
+    or that Kubernetes or an add-on already uses: gpuforge.scheduler.reserved; a preemption Kueue's
+    priority order cannot say), or for an object that breaks a mandatory Kubernetes rule of the policy
+    pack (an image not by digest, a GPU pod without the taint's toleration), before anything is written.
     """
     if not groups:
         raise InputError(f"cluster {cluster}: no GPU node group to render Kubernetes add-ons for.")
     kueue.dns_label(cluster, field="stack name (the cluster's name)")
+    reserved.refuse(reserved.kubernetes_problems(teams, qos))
     table = pins()
     preempts = kueue.check_preemption(qos)
     known = {item.name for item in qos}

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from gpuforge.display import cut
 from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.loading import MAX_DATA_BYTES, parse_json, read_text
-from gpuforge.scheduler import slurm_values
+from gpuforge.scheduler import reserved, slurm_values
 
 if TYPE_CHECKING:
     from gpuforge.components.specs import SchedulerSpec
@@ -102,6 +102,9 @@ class AccountsState(_Strict):
         accounts = {account.name for account in self.accounts}
         for level in self.qos:
             rule(level.name, slurm_values.QOS_NAME, "qos.name")
+            taken = reserved.slurm_qos_problem("qos.name", level.name)
+            if taken is not None:
+                problems.append(f"qos.name = {cut(level.name)}: {taken.rule} (source: {taken.source})")
             problems += [
                 f"qos[{level.name}].preempt: {name} is not a QOS of the file"
                 for name in level.preempt

@@ -122,7 +122,9 @@ def test_a_preemption_kueue_cannot_express_is_refused(
 
 
 def test_a_team_name_kubernetes_cannot_carry_is_refused(qos_block: list[QosSpec]) -> None:
-    with pytest.raises(InputError, match=r"teams\[llm_a\].name: 'llm_a' cannot name a Kubernetes object"):
+    with pytest.raises(
+        InputError, match=r"teams\[llm_a\].name = 'llm_a': .* not a namespace name \(rule: an RFC 1123"
+    ):
         render_addons("p5-eks", [group()], [team("llm_a", 8)], qos_block)
 
 
