@@ -44,7 +44,7 @@ from gpuforge.components.network import ClusterNetwork, ClusterNetworkArgs
 from gpuforge.components.nodes import FileSystemMount, GpuNodeGroup, GpuNodeGroupArgs, SlurmMembership
 from gpuforge.components.placement import Placement, PlacementArgs
 from gpuforge.components.slurm_controller import SlurmController, SlurmControllerArgs
-from gpuforge.components.specs import GpuClusterSpec
+from gpuforge.components.specs import GpuClusterSpec, team_quota_advice
 from gpuforge.components.summary import cluster_summary
 from gpuforge.components.user_data import SLURMDBD_CONF_NAME
 from gpuforge.errors import InputError
@@ -328,6 +328,10 @@ class GpuCluster(pulumi.ComponentResource):
                     monitoring if controller else None, values[2], workspace=values[3], topic=values[4]
                 ),
                 "accounting": _accounting_summary(spec, controller, values[5], values[6]),
+                # What is allowed but likely not meant: said, never refused (components.specs.team_quota_advice).
+                "advice": team_quota_advice(
+                    spec.scheduler, node_count=spec.node_count, gpus_per_node=instance.gpu_count
+                ),
             }
         )
         self.register_outputs(

@@ -630,18 +630,38 @@ def _preemption_cycle(preempts: Mapping[str, tuple[str, ...]]) -> list[str]:
 
 
 def check_team_quotas(scheduler: SchedulerSpec, *, node_count: int, gpus_per_node: int) -> None:
-    """A team's GPU quota above every GPU of the cluster can never bind, and is a typo: refused."""
-    cluster_gpus = node_count * gpus_per_node
+    """A team's GPU quota above the GPUs of the largest node group of this type a stack can have is refused:
+    nodeCount is at most MAX_NODE_COUNT (one subnet's addresses), so such a quota can never bind, and is a typo.
+
+    A quota above today's GPUs only is a budget for a node group that grows: `team_quota_advice` says so."""
+    most = MAX_NODE_COUNT * gpus_per_node
     for team in scheduler.teams:
-        if team.gpu_quota > cluster_gpus:
+        if team.gpu_quota > most:
             raise invalid(
                 f"scheduler.teams[{team.name}].gpuQuota",
                 team.gpu_quota,
-                f"the quota is above the cluster's {cluster_gpus} GPUs (nodeCount {node_count} x {gpus_per_node} "
-                "GPUs per node), so it never limits the team",
-                f"give a quota of at most {cluster_gpus}, or grow nodeCount",
+                f"the quota is above the {most} GPUs of the largest node group a stack can have ({MAX_NODE_COUNT} "
+                f"nodes, the addresses of one subnet, x {gpus_per_node} GPUs per node), so it can never limit the team",
+                f"give a quota of at most {most}; a quota of the cluster's {node_count * gpus_per_node} GPUs lets the "
+                "team use every GPU",
                 source="https://slurm.schedmd.com/resource_limits.html",
             )
+
+
+def team_quota_advice(scheduler: SchedulerSpec, *, node_count: int, gpus_per_node: int) -> list[str]:
+    """Advice, never a refusal: each team whose GPU quota is above the cluster's GPUs today.
+
+    Such a quota does not limit the team until the node group grows to it; quotas are budgets, and scaling a
+    stack down must not mean editing every team, so it is said (the cluster summary's `advice`, shown by
+    `gpuforge plan` and exported by `pulumi up`), not refused."""
+    cluster_gpus = node_count * gpus_per_node
+    return [
+        f"team {team.name}: gpuQuota {team.gpu_quota} is above the cluster's {cluster_gpus} GPUs today (nodeCount "
+        f"{node_count} x {gpus_per_node} GPUs per node), so it does not limit the team until nodeCount reaches "
+        f"{-(-team.gpu_quota // gpus_per_node)}; kept as written (a quota is a budget)"
+        for team in scheduler.teams
+        if gpus_per_node > 0 and team.gpu_quota > cluster_gpus
+    ]
 
 
 class SchedulerSpec(_Spec):

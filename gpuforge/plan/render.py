@@ -7,7 +7,7 @@ The JSON shape is a contract (scripts and CI read it):
      "ami": str,                                                    # the AMI id
      "image": {"region": str, "catalog": str},                      # where it was resolved
      "resources": [{"urn", "type", "name", "parent", "inputs"}],   # sorted by URN
-     "summary": {...},                                              # GpuCluster.summary
+     "summary": {...},                                              # GpuCluster.summary ("advice": [str])
      "policies": [{"policy", "enforcement", "urn", "message"}],
      "scheduler": {"type", "slurm_version", "controller_instance_type",
                    "controller_host", "controller_address",
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuforge.checkpoint import CheckpointAdvice, stack_advice
+from gpuforge.display import printable
 from gpuforge.images.catalog import DEFAULT_CATALOG
 from gpuforge.plan.kubernetes import kubernetes_document, kubernetes_lines
 from gpuforge.plan.stack_plan import Plan
@@ -112,6 +113,13 @@ def team_lines(config: StackConfig) -> list[str]:
     return lines
 
 
+def advice_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The summary's `advice` (README, "Teams, quotas and preemption"): what the stack allows but may not mean,
+    said once per item; nothing when there is none."""
+    advice = [printable(item) for item in summary.get("advice") or ()]
+    return [f"  {'advice' if index == 0 else '':<10} {item}" for index, item in enumerate(advice)]
+
+
 def resource_document(resource: RecordedResource) -> dict[str, Any]:
     """One entry of `resources` (also `gpuforge policy check --json`'s)."""
     return {
@@ -142,6 +150,7 @@ def render_text(plan: Plan, *, slurm_conf: bool = False) -> str:
         *team_lines(plan.config),
         *kubernetes_lines(kubernetes_document(plan.config)),
         *checkpoint_lines(plan.config),
+        *advice_lines(plan.summary),
     ]
     lines = [*_header(plan), "", *_tree(plan), "", *summary, "", *_policies(plan), ""]
     lines.append(_result(plan))

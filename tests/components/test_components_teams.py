@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from stack_files import slurm_stack, write_stack
 
-from gpuforge.components.specs import QosSpec, SchedulerSpec, TeamSpec, TeamUser
+from gpuforge.components.specs import QosSpec, SchedulerSpec, TeamSpec, TeamUser, team_quota_advice
 from gpuforge.errors import InputError
 from gpuforge.stack_config import load_stack_config
 
@@ -88,12 +88,24 @@ def test_accounting_is_local_when_not_written(tmp_path: Path) -> None:
     assert scheduler.qos == () and scheduler.teams == ()
 
 
-def test_a_quota_above_the_cluster_gpus_is_refused(tmp_path: Path) -> None:
+def test_a_quota_above_today_s_gpus_is_kept_and_advised_not_refused(tmp_path: Path) -> None:
+    """Quotas are budgets and node groups grow: 17 on 16 GPUs is read as written, and said as advice."""
     teams = [dict(TEAMS[0], gpuQuota=17), TEAMS[1]]
-    message = _refused(tmp_path, _scheduler(teams=teams))
-    assert "gpuforge:scheduler.teams[llm].gpuQuota = 17" in message
-    assert "16 GPUs (nodeCount 2 x 8 GPUs per node)" in message
-    assert "at most 16" in message
+    scheduler = _load(tmp_path, _scheduler(teams=teams))
+    assert scheduler.teams[0].gpu_quota == 17
+    assert team_quota_advice(scheduler, node_count=2, gpus_per_node=8) == [
+        "team llm: gpuQuota 17 is above the cluster's 16 GPUs today (nodeCount 2 x 8 GPUs per node), so it "
+        "does not limit the team until nodeCount reaches 3; kept as written (a quota is a budget)"
+    ]
+    assert team_quota_advice(scheduler, node_count=3, gpus_per_node=8) == []
+
+
+def test_a_quota_no_node_group_of_the_type_can_reach_is_refused(tmp_path: Path) -> None:
+    """nodeCount is at most one subnet's addresses (65531), so 65531 x 8 GPUs is the most a quota can bind."""
+    assert _load(tmp_path, _scheduler(teams=[dict(TEAMS[0], gpuQuota=65531 * 8), TEAMS[1]])).teams
+    message = _refused(tmp_path, _scheduler(teams=[dict(TEAMS[0], gpuQuota=65531 * 8 + 1), TEAMS[1]]))
+    assert "gpuforge:scheduler.teams[llm].gpuQuota = 524249" in message
+    assert "524248 GPUs of the largest node group a stack can have (65531 nodes" in message, message
 
 
 def test_a_qos_that_preempts_itself_is_refused(tmp_path: Path) -> None:
@@ -193,7 +205,7 @@ def test_bad_names_and_values_are_refused_with_their_key(
     assert field in _refused(tmp_path, _scheduler(**change))
 
 
-def test_a_cluster_built_in_code_refuses_a_quota_above_its_gpus_too() -> None:
+def test_a_cluster_built_in_code_takes_a_quota_above_its_gpus_and_refuses_an_unreachable_one() -> None:
     """GpuClusterSpec applies the same quota rule as the stack config (one function, check_team_quotas)."""
     from components_helpers import cluster_spec
 
@@ -202,8 +214,9 @@ def test_a_cluster_built_in_code_refuses_a_quota_above_its_gpus_too() -> None:
         controller_instance_type="m7i.2xlarge",
         teams=[{"name": "llm", "users": ["alice"], "gpu_quota": 17}],  # type: ignore[list-item]
     )
-    with pytest.raises(
-        InputError, match=r"scheduler.teams\[llm\].gpuQuota = 17: the quota is above the cluster's 16"
-    ):
-        cluster_spec(scheduler=scheduler)
-    assert cluster_spec(scheduler=scheduler.model_copy(update={"teams": ()})).scheduler.teams == ()
+    assert cluster_spec(scheduler=scheduler).scheduler.teams[0].gpu_quota == 17
+    unreachable = scheduler.model_copy(
+        update={"teams": (scheduler.teams[0].model_copy(update={"gpu_quota": 65531 * 8 + 1}),)}
+    )
+    with pytest.raises(InputError, match=r"scheduler.teams\[llm\].gpuQuota = 524249: the quota is above"):
+        cluster_spec(scheduler=unreachable)
