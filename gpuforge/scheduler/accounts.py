@@ -21,6 +21,7 @@ Sources (Slurm 26.05; the test root's man pages say the same):
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -222,16 +223,26 @@ class CurrentState:
     default_accounts: dict[str, str]  # user -> DefaultAccount
 
 
-def _rows(text: str, columns: int, command: str) -> list[list[str]]:
+def _rows(text: str, columns: int, command: str, *, free_text: int | None = None) -> list[list[str]]:
+    """The `|`-separated lines of a `sacctmgr --parsable2` answer, each of `columns` fields.
+
+    --parsable2 does not escape a `|` inside a value, and only free text (a Description, an Organization) can
+    hold one, so the extra fields of a wider line are read back into column `free_text`; any other width is an
+    AccountsError naming the line.
+    """
     rows = []
     for line in text.splitlines():
         if not line.strip():
             continue
         fields = line.split("|")
+        extra = len(fields) - columns
+        if extra > 0 and free_text is not None:
+            fields[free_text : free_text + extra + 1] = ["|".join(fields[free_text : free_text + extra + 1])]
         if len(fields) != columns:
             raise AccountsError(
                 f"`sacctmgr {command}` printed a line of {len(fields)} fields, not {columns}: {cut(line)}. "
-                "Fix: run the Slurm gpuforge renders for (its sacctmgr prints these columns)."
+                "Fix: run sync-accounts on the controller gpuforge made, with the sacctmgr of the Slurm its "
+                "matrix pins (which prints these columns)."
             )
         rows.append(fields)
     return rows
@@ -241,10 +252,30 @@ def _names(field: str) -> tuple[str, ...]:
     return tuple(sorted(name for name in field.split(",") if name))
 
 
+# sacctmgr prints a uint32 (a QOS's Priority) or a TRES count in ASCII digits; str.isdigit and int() take other
+# scripts' digits, signs, spaces and '_' too, so the whole value is matched.
+_COUNT = re.compile(r"[0-9]{1,20}")
+_PRIORITY_MAX = 2**32 - 1
+
+
+def _priority(value: str, name: str, command: str) -> int:
+    """A QOS's Priority as sacctmgr prints it: a uint32, empty when unset (0); AccountsError otherwise."""
+    if not value:
+        return 0
+    if _COUNT.fullmatch(value) and int(value) <= _PRIORITY_MAX:
+        return int(value)
+    raise AccountsError(
+        f"`sacctmgr {command}` printed Priority = {cut(value)} for QOS {cut(name)}: a QOS priority is a whole "
+        f"number from 0 to {_PRIORITY_MAX} (slurmdb_qos_rec_t.priority, a uint32 in slurm/slurm.h), so the "
+        "answer is not the database's. Fix: look at that QOS with `sacctmgr show qos where name=NAME format=Name,Priority` and set "
+        "it with `sacctmgr modify qos where name=NAME set Priority=N`, then run again."
+    )
+
+
 def _gpu_quota(tres: str) -> int | None:
     for item in tres.split(","):
         key, _, value = item.partition("=")
-        if key == GPU_TRES and value.isdigit():
+        if key == GPU_TRES and _COUNT.fullmatch(value):
             return int(value)
     return None
 
@@ -270,11 +301,16 @@ def read_current(run: Runner, cluster: str) -> CurrentState:
     Text, not --json: sacctmgr 26.05's JSON of these entities is a data_parser dump whose shape
     changes with the plugin version, while these columns are sacctmgr's documented format fields.
     """
+    command = " ".join(QOS_QUERY)
     qos = {
-        row[0]: CurrentQos(row[0], int(row[1] or 0), _names(row[2]), row[3], row[4])
-        for row in _rows(run(QOS_QUERY), 5, " ".join(QOS_QUERY))
+        row[0]: CurrentQos(row[0], _priority(row[1], row[0], command), _names(row[2]), row[3], row[4])
+        for row in _rows(run(QOS_QUERY), 5, command, free_text=4)
     }
-    organizations = {row[0]: row[1] for row in _rows(run(ACCOUNT_QUERY), 3, " ".join(ACCOUNT_QUERY))}
+    # Organization, not the last column, takes a stray '|': an account then reads as not gpuforge's (refused
+    # by plan_changes), never as gpuforge's (which a sync may remove).
+    organizations = {
+        row[0]: row[1] for row in _rows(run(ACCOUNT_QUERY), 3, " ".join(ACCOUNT_QUERY), free_text=1)
+    }
     accounts: dict[str, CurrentAccount] = {}
     user_accounts: dict[str, list[str]] = {}
     query = assoc_query(cluster)
@@ -285,10 +321,17 @@ def read_current(run: Runner, cluster: str) -> CurrentState:
             continue
         if user:
             user_accounts.setdefault(user, []).append(account)
-        else:
-            accounts[account] = CurrentAccount(
-                account, organizations.get(account, ""), _gpu_quota(tres), _names(qos_list), default_qos
+            continue
+        if account not in organizations:
+            # Slurm keeps no association of an account it does not hold: two answers of one moment disagree.
+            raise AccountsError(
+                f"`sacctmgr {' '.join(query)}` lists account {cut(account)}, which `sacctmgr "
+                f"{' '.join(ACCOUNT_QUERY)}` did not print, so one of the answers is not the database's. "
+                "Fix: check that slurmdbd runs (`sacctmgr show cluster`), then run again."
             )
+        accounts[account] = CurrentAccount(
+            account, organizations[account], _gpu_quota(tres), _names(qos_list), default_qos
+        )
     # An account with no association on this cluster is still an account (sacctmgr show account).
     for name, organization in organizations.items():
         accounts.setdefault(name, CurrentAccount(name, organization, None, (), ""))
@@ -487,17 +530,20 @@ def run_sacctmgr(args: Sequence[str]) -> str:
     """`sacctmgr --parsable2 --noheader --immediate ARGS`; its stdout, or an AccountsError (exit 1)."""
     argv = ["sacctmgr", "--parsable2", "--noheader", "--immediate", *args]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=SACCTMGR_TIMEOUT_S, check=False)
+        done = subprocess.run(argv, capture_output=True, timeout=SACCTMGR_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise AccountsError(
             f"`sacctmgr {' '.join(args)}` did not run: {error}. Fix: run on the Slurm controller, with slurmdbd up."
         ) from None
+    # Slurm stores the bytes it was given: another admin's Latin-1 description is not UTF-8. gpuforge's own
+    # names are ASCII (slurm_values), so a replaced byte only ever marks text that is not gpuforge's.
     if done.returncode != 0:
         raise AccountsError(
-            f"`sacctmgr {' '.join(args)}` exited {done.returncode}: {cut(done.stderr.strip())}. "
+            f"`sacctmgr {' '.join(args)}` exited {done.returncode}: "
+            f"{cut(done.stderr.decode('utf-8', errors='replace').strip())}. "
             "Fix: check that slurmdbd runs (`sacctmgr show cluster`), then run again."
         )
-    return done.stdout
+    return done.stdout.decode("utf-8", errors="replace")
 
 
 def sync(
