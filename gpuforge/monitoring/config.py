@@ -56,8 +56,23 @@ MAX_RETENTION_DAYS = 3650
 _ARN = r"arn:(?P<partition>aws|aws-cn|aws-us-gov):{service}:(?P<region>[a-z]{{2}}(?:-[a-z]+)+-[0-9]):[0-9]{{12}}:"
 _WORKSPACE_ARN = re.compile(_ARN.format(service="aps") + r"workspace/ws-[A-Za-z0-9-]{1,64}", re.ASCII)
 _TOPIC_ARN = re.compile(_ARN.format(service="sns") + r"[A-Za-z0-9_-]{1,256}(?:\.fifo)?", re.ASCII)
-# An address SNS can send to: one @, no spaces or control characters (SNS confirms the rest by mail).
-_EMAIL = re.compile(r"[^@\s]{1,64}@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+", re.ASCII)
+# An address SNS can mail: RFC 5322's addr-spec (https://www.rfc-editor.org/rfc/rfc5322#section-3.4.1)
+# in its plain form, a dot-atom local part (section 3.2.3's atext: letters, digits and
+# !#$%&'*+-/=?^_`{|}~, in dot-separated words) of at most 64 octets (RFC 5321, section 4.5.3.1.1),
+# then a host name of dot-separated letter-digit-hyphen labels of at most 63 (RFC 1035, section
+# 2.3.4). Quoted local parts, comments, address literals, spaces, control characters and non-ASCII
+# letters are refused: each is a place where a value changes meaning in another program, and none
+# is needed to name a mailbox (a non-ASCII domain has its xn-- form). SNS confirms the rest by mail.
+_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_EMAIL = re.compile(rf"(?=[^@]{{1,64}}@){_ATOM}(?:\.{_ATOM})*@{_LABEL}(?:\.{_LABEL})+", re.ASCII)
+_EMAIL_RULE = (
+    "an address is local-part@domain: the local part at most 64 letters, digits and "
+    "!#$%&'*+-/=?^_`{|}~ in dot-separated words, the domain dot-separated labels of letters, digits and "
+    "hyphens (RFC 5322 addr-spec without quotes or comments); spaces, quotes, control characters and "
+    "non-ASCII letters are not part of it"
+)
+MAX_DOMAIN_CHARS = 253  # a host name's text form (RFC 1035, section 2.3.4: 255 octets on the wire)
 
 
 class _Strict(BaseModel):
@@ -148,6 +163,34 @@ def _example(pattern: re.Pattern[str], region: str) -> str:
     return f"arn:{partition}:sns:{region}:123456789012:gpuforge-alerts"
 
 
+def _check_emails(source: str, addresses: list[str]) -> None:
+    """Each address an addr-spec SNS can mail, and each once: two subscriptions of one address are one
+    subscription in SNS, so removing either from the list would unsubscribe the other too."""
+    seen: dict[str, int] = {}
+    for index, address in enumerate(addresses):
+        field = f"alerts.email[{index}]"
+        if _EMAIL.fullmatch(address) is None or len(address.rsplit("@", 1)[1]) > MAX_DOMAIN_CHARS:
+            raise _error(
+                source,
+                field,
+                address,
+                f"not an email address SNS can subscribe ({_EMAIL_RULE})",
+                "give the address as name@example.com, with a non-ASCII domain in its xn-- form",
+            )
+        local, domain = address.rsplit("@", 1)
+        key = f"{local}@{domain.lower()}"  # host names are case-insensitive, local parts may not be
+        if key in seen:
+            raise _error(
+                source,
+                field,
+                address,
+                f"the same address as alerts.email[{seen[key]}]; SNS keeps one subscription for both, so "
+                "removing either later would unsubscribe the address",
+                "list each address once",
+            )
+        seen[key] = index
+
+
 def _pydantic_error(source: str, error: ValidationError) -> InputError:
     lines = []
     for detail in error.errors():
@@ -214,15 +257,7 @@ def parse_monitoring(raw: str | None, config: StackConfig) -> MonitoringConfig:
                 "`create` or an SNS topic ARN",
                 config.region,
             )
-        for index, address in enumerate(keys.alerts.email):
-            if _EMAIL.fullmatch(address) is None:
-                raise _error(
-                    source,
-                    f"alerts.email[{index}]",
-                    address,
-                    "not an email address SNS can subscribe",
-                    "give addresses as name@example.com",
-                )
+        _check_emails(source, keys.alerts.email)
     return MonitoringConfig(
         enabled=enabled,
         retention_days=keys.retention_days,

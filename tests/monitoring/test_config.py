@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from monitoring_support import StackMaker
 
+from gpuforge.display import cut
 from gpuforge.errors import InputError
 from gpuforge.monitoring.config import WorkspaceRef, load_stack
 
@@ -101,3 +102,59 @@ def test_the_rest_of_the_stack_is_still_checked(make_stack: StackMaker) -> None:
     folder = make_stack(**{"gpuforge:monitoring": {}, "gpuforge:nodeCount": 0})
     with pytest.raises(InputError, match="gpuforge:nodeCount"):
         load_stack(folder, "test")
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "oncall\x00@example.com",
+        "oncall\x1b[2J@example.com",
+        "oncall\r@example.com",
+        "on\u2028call@example.com",
+        '"on call"@example.com',
+        "oncall@[192.0.2.1]",
+        "on..call@example.com",
+        ".oncall@example.com",
+        "ónçall@example.com",
+        "oncall@exa_mple.com",
+        "oncall@-example.com",
+        "oncall@example.com (pager)",
+        "Oncall <oncall@example.com>",
+        f"{'x' * 65}@example.com",
+    ],
+)
+def test_an_address_that_is_no_plain_addr_spec_is_refused_at_plan_time(
+    make_stack: StackMaker, address: str
+) -> None:
+    """What SNS gets is an RFC 5322 addr-spec in its plain form: control characters, line separators, quotes,
+    literals, comments, display names and non-ASCII letters are refused with the file, key, value and fix."""
+    folder = make_stack(
+        **{"gpuforge:monitoring": {"alerts": {"sns": "create", "email": ["ok@example.com", address]}}}
+    )
+    with pytest.raises(InputError) as caught:
+        load_stack(folder, "test")
+    message = caught.value.message
+    assert f"{folder / 'Pulumi.test.yaml'}: gpuforge:monitoring.alerts.email[1] = {cut(address)}: " in message
+    assert "RFC 5322" in message and "Fix: give the address as name@example.com" in message
+    assert message.isascii() and "\n" not in message and "\r" not in message
+
+
+def test_the_same_address_twice_is_refused(make_stack: StackMaker) -> None:
+    emails = ["oncall@example.com", "team@example.com", "oncall@EXAMPLE.com"]
+    folder = make_stack(**{"gpuforge:monitoring": {"alerts": {"sns": "create", "email": emails}}})
+    with pytest.raises(
+        InputError, match=r"email\[2\] = 'oncall@EXAMPLE.com': the same address as alerts.email\[0\]"
+    ):
+        load_stack(folder, "test")
+
+
+def test_plain_addresses_are_read(make_stack: StackMaker) -> None:
+    emails = [
+        "oncall@example.com",
+        "a.b+gpu-alerts@mail.example.co.uk",
+        "o'brien@xn--bcher-kva.example",
+        "x@a1.io",
+    ]
+    folder = make_stack(**{"gpuforge:monitoring": {"alerts": {"sns": "create", "email": emails}}})
+    _, monitoring = load_stack(folder, "test")
+    assert monitoring.alerts is not None and monitoring.alerts.email == emails
