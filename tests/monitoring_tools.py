@@ -7,12 +7,12 @@ import contextlib
 import os
 import socket
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from waiting import WAIT_S, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO / ".cache" / "monitoring-root"
@@ -58,12 +58,34 @@ def running(command: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
             process.wait(timeout=10)
 
 
+def log_tail(log: Path) -> str:
+    """The end of a daemon's log, for a failure message."""
+    return log.read_text(encoding="utf-8", errors="replace")[-3000:] if log.exists() else f"(no {log})"
+
+
+def http_status(url: str) -> int:
+    """The status of a GET of `url` (a daemon's readiness endpoint)."""
+    with urllib.request.urlopen(url, timeout=WAIT_S) as answer:
+        return int(answer.status)
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    """Until `url` (a /-/ready or /readyz endpoint: the daemon serves, not only listens) answers 200;
+    fails at once if the daemon exits, and with its log's tail."""
+    wait_until(
+        f"{url} to answer 200",
+        lambda: http_status(url),
+        lambda status: status == 200,
+        not_yet=(OSError,),
+        stopped=lambda: None if process.poll() is None else f"the daemon exited {process.returncode}",
+        context=lambda: log_tail(log),
+    )
+
+
 @contextlib.contextmanager
-def prometheus(
-    config: Path, data: Path, log: Path, *, extra_flags: Sequence[str] = (), ready_s: float = 60
-) -> Iterator[int]:
+def prometheus(config: Path, data: Path, log: Path, *, extra_flags: Sequence[str] = ()) -> Iterator[int]:
     """The real Prometheus on 127.0.0.1 with `config` and its TSDB in `data`; yields its port once
-    /-/ready answers (fails with the log's tail if it exits or is not ready in `ready_s`)."""
+    /-/ready answers (fails with the log's tail if it exits first or is not ready in time)."""
     port = free_port()
     command = [
         str(tool("prometheus")),
@@ -73,15 +95,5 @@ def prometheus(
         f"--web.listen-address=127.0.0.1:{port}",
     ]
     with running(command, log) as process:
-        deadline = time.monotonic() + ready_s
-        while True:
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2) as answer,
-            ):
-                if answer.status == 200:
-                    break
-            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, f"Prometheus not ready in {ready_s} s"
-            time.sleep(0.2)
+        wait_ready(f"http://127.0.0.1:{port}/-/ready", process, log)
         yield port

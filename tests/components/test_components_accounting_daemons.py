@@ -27,6 +27,7 @@ from slurm_cluster import (  # noqa: E402  (the harness lives beside the Slurm t
     open_cluster,
     unavailable_reason,
 )
+from waiting import WAIT_S  # noqa: E402
 
 _SKIP = unavailable_reason(DEFAULT_ROOT)
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
@@ -75,9 +76,7 @@ def test_the_boot_s_sql_and_slurmdbd_conf_work_with_real_mariadb_and_slurmdbd(tm
         data = cluster.root / DB_DIR.lstrip("/")
         data.mkdir(parents=True)
         cluster.chroot(["chown", "mysql:mysql", DB_DIR, "/run/mysqld"])
-        cluster.chroot(
-            ["mariadb-install-db", "--user=mysql", f"--datadir={DB_DIR}", "--skip-test-db"], timeout=60
-        )
+        cluster.chroot(["mariadb-install-db", "--user=mysql", f"--datadir={DB_DIR}", "--skip-test-db"])
         cluster._start(  # the harness's own start-by-pid, as start_database uses it
             DATABASE,
             [
@@ -94,15 +93,7 @@ def test_the_boot_s_sql_and_slurmdbd_conf_work_with_real_mariadb_and_slurmdbd(tm
                 "--innodb-snapshot-isolation=OFF",
             ],
         )
-        cluster.wait_for(
-            "mariadbd to answer",
-            lambda: (
-                cluster.chroot(["mariadb-admin", f"--socket={DB_SOCKET}", "ping"], check=False).returncode
-                == 0
-            ),
-            60,
-            daemon=DATABASE,
-        )
+        cluster.wait_database()
 
         def sql_as_root(text: str) -> None:
             subprocess.run(
@@ -111,7 +102,7 @@ def test_the_boot_s_sql_and_slurmdbd_conf_work_with_real_mariadb_and_slurmdbd(tm
                 text=True,
                 check=True,
                 capture_output=True,
-                timeout=30,
+                timeout=WAIT_S,
             )
 
         for _ in range(2):  # every boot runs it: the second run must succeed too
@@ -129,7 +120,7 @@ def test_the_boot_s_sql_and_slurmdbd_conf_work_with_real_mariadb_and_slurmdbd(tm
             input=f"[client]\nuser=slurm\npassword={made}\nsocket={DB_SOCKET}\n",
             text=True,
             capture_output=True,
-            timeout=30,
+            timeout=WAIT_S,
             check=False,
         )
         assert login.returncode == 0 and "slurm@localhost" in login.stdout, login.stderr
@@ -159,6 +150,6 @@ def test_the_boot_s_sql_and_slurmdbd_conf_work_with_real_mariadb_and_slurmdbd(tm
         )
         final = (tmp_path / "final").read_text()
         assert "StoragePass=a\\#b\\\\c-Zz_09\n" in final
-        cluster.start_slurmdbd(CONTROLLER, final, timeout=60)
+        cluster.start_slurmdbd(CONTROLLER, final)
         log = (cluster.root / "var/log/slurm/slurmdbd.log").read_text(errors="replace")
         assert "Access denied" not in log and cluster.alive(DBD)

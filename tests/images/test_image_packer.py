@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from image_helpers import BASE_AMI, FIXTURES, REGION, pids_with
+from waiting import WAIT_S
 
 from gpuforge.images import packer
 from gpuforge.images.ec2 import Aws
@@ -22,6 +23,14 @@ from gpuforge.images.emulator import DUMMY_CREDENTIALS, LocalAws
 from gpuforge.images.machine_readable import Event, artifact_amis, error_line, parse_line
 from gpuforge.images.packer import Packer, PackerFailed, PackerNotFound, PackerStopped, find_packer
 from gpuforge.images.progress import Progress
+
+# The slow build's provisioner sleeps this long: every stop below must come before it ends.
+PROVISION_S = int(2 * WAIT_S)
+# The build's own timeout in the timeout test: it must land after packer launched the builder
+# instance (the test asserts it was launched and then terminated). A whole build against moto takes
+# under a second on an idle machine (DESIGN.md); 30 s leaves a loaded one thirty times that, and
+# ends well before PROVISION_S.
+BUILD_TIMEOUT_S = 30
 
 
 def test_machine_readable_lines_unescape_commas_and_newlines() -> None:
@@ -132,7 +141,7 @@ def _stopped_build(
     """Run the slow build until it is stopped; the error, packer's process group, the instances it made."""
     aws = Aws(REGION, moto_server.endpoint, DUMMY_CREDENTIALS)
     before = {instance for instance, _ in _instances(aws)}
-    template = _slow_build(tmp_path, moto_server.endpoint, 120)
+    template = _slow_build(tmp_path, moto_server.endpoint, PROVISION_S)
     groups: set[int] = set()
 
     def observe(event: Event) -> None:
@@ -157,7 +166,7 @@ def _stopped_build(
             observer=observe,
             grace_s=60,
         )
-    assert time.monotonic() - started < 60  # bounded: stopped long before the 120 s sleep ends
+    assert time.monotonic() - started < PROVISION_S  # bounded: stopped before the provisioner's sleep ends
     assert len(groups) == 1 and os.getpgid(os.getpid()) not in groups  # packer ran in its own group
     after = [(i, state) for i, state in _instances(aws) if i not in before]
     return caught.value, groups.pop(), after
@@ -167,7 +176,7 @@ def test_ctrl_c_lets_packer_clean_up_its_builder_and_leaves_no_process(
     packer_tool: Packer, moto_server: LocalAws, tmp_path: Path
 ) -> None:
     stopped, group, launched = _stopped_build(
-        packer_tool, moto_server, tmp_path, timeout_s=120, interrupt=True
+        packer_tool, moto_server, tmp_path, timeout_s=PROVISION_S, interrupt=True
     )
     assert stopped.exit_code == 130
     assert "interrupted" in stopped.message
@@ -180,10 +189,10 @@ def test_a_timeout_interrupts_packer_the_same_way(
     packer_tool: Packer, moto_server: LocalAws, tmp_path: Path
 ) -> None:
     stopped, group, launched = _stopped_build(
-        packer_tool, moto_server, tmp_path, timeout_s=4, interrupt=False
+        packer_tool, moto_server, tmp_path, timeout_s=BUILD_TIMEOUT_S, interrupt=False
     )
     assert stopped.exit_code == 1
-    assert "did not finish within 4 s" in stopped.message
+    assert f"did not finish within {BUILD_TIMEOUT_S} s" in stopped.message
     assert launched and all(state == "terminated" for _, state in launched), launched
     assert _group_is_gone(group)
 

@@ -11,12 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from image_helpers import MATRICES, REGION, pids_with
+from waiting import WAIT_S, wait_until
 
 from gpuforge.images.catalog import CatalogEntry, record_entry
 from gpuforge.images.emulator import SERVER_MODULE
@@ -55,43 +55,39 @@ def slow_packer(tmp_path: Path) -> Iterator[Path]:
         os.kill(pid, signal.SIGKILL)
 
 
-def _start_build(tmp_path: Path, bin_dir: Path, catalog: Path) -> tuple[subprocess.Popen[str], int]:
+def _start_build(tmp_path: Path, bin_dir: Path, catalog: Path) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """The build, once its packer has started (its output in the returned log), and its emulator's pid."""
     """Start a --local build; return it once packer's build is running, with the emulator's pid."""
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
     matrix = MATRICES / "p5-h100-cuda12.yaml"
     command = [sys.executable, "-m", "gpuforge.cli", "image", "build", str(matrix), "--region", REGION]
-    process = subprocess.Popen(
-        [*command, "--local", "--catalog", str(catalog)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    log = tmp_path / "build.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [*command, "--local", "--catalog", str(catalog)], cwd=tmp_path, env=env, stdout=out, stderr=out
+        )
+    wait_until(
+        "packer to start",
+        lambda: log.read_text(errors="replace"),
+        lambda seen: "slow-packer-started" in seen,
+        stopped=lambda: None if process.poll() is None else "the build ended before packer started",
     )
-    assert process.stdout is not None
-    seen = []
-    deadline = time.monotonic() + 60
-    for line in process.stdout:
-        seen.append(line)
-        if "slow-packer-started" in line:
-            break
-        assert time.monotonic() < deadline, "".join(seen)
-    else:
-        pytest.fail("the build ended before packer started:\n" + "".join(seen))
     emulators = _emulators_of(process.pid)
-    assert len(emulators) == 1, "".join(seen)
-    return process, emulators[0]
+    assert len(emulators) == 1, log.read_text(errors="replace")
+    return process, emulators[0], log
 
 
-def _gone(pid: int, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.1)
-    return False
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_gone(pid: int, what: str) -> None:
+    """Until process `pid` has exited (it may take a loaded machine a while to stop a server)."""
+    wait_until(what, lambda: _alive(pid), lambda alive: not alive)
 
 
 @pytest.mark.parametrize(
@@ -105,13 +101,14 @@ def test_sigterm_stops_the_build_like_ctrl_c_and_leaves_nothing_behind(
     catalog = tmp_path / layout
     record_entry(catalog, EXISTING)
     before = {p: p.read_bytes() for p in tmp_path.rglob("*.json")}
-    process, emulator = _start_build(tmp_path, slow_packer, catalog)
+    process, emulator, log = _start_build(tmp_path, slow_packer, catalog)
     process.send_signal(sent)
-    rest, _ = process.communicate(timeout=60)
+    process.wait(timeout=WAIT_S)
+    rest = log.read_text(errors="replace")
     assert process.returncode == code, rest
     assert said in rest and "no AMI was recorded" in rest
     assert "Traceback" not in rest
-    assert _gone(emulator, 10), "the emulator outlived the build"
+    _wait_gone(emulator, "the emulator to stop with the build")
     assert not pids_with(str(slow_packer / "packer")), "packer outlived the build"
     assert {p: p.read_bytes() for p in tmp_path.rglob("*.json")} == before
 
@@ -120,8 +117,8 @@ def test_sigkill_of_the_build_takes_the_emulator_with_it(tmp_path: Path, slow_pa
     catalog = tmp_path / "catalog"
     record_entry(catalog, EXISTING)
     before = {p: p.read_bytes() for p in tmp_path.rglob("*.json")}
-    process, emulator = _start_build(tmp_path, slow_packer, catalog)
+    process, emulator, _ = _start_build(tmp_path, slow_packer, catalog)
     process.kill()
-    process.communicate(timeout=30)
-    assert _gone(emulator, 10), "the emulator outlived a SIGKILLed build (no parent-death signal)"
+    process.wait(timeout=WAIT_S)
+    _wait_gone(emulator, "the emulator to stop with a SIGKILLed build (its parent-death signal)")
     assert {p: p.read_bytes() for p in tmp_path.rglob("*.json")} == before

@@ -4,7 +4,8 @@
 matrices' pinned kubelet version and unpacks Debian testing's etcd-server; both land in
 .cache/kube-root/usr/bin. `open_api_server` makes a CA, serving and admin client
 certificates and the service-account key (Python cryptography), starts etcd and the API
-server on free loopback ports, waits for /readyz (bounded), yields a kubeconfig, and stops
+server on free loopback ports, waits for /readyz (the API serves, not only listens; tests/waiting.py's
+one bound), yields a kubeconfig, and stops
 both by their own pids. There is no controller-manager, scheduler or kubelet: tests play
 their parts where they need them (e.g. a PodDisruptionBudget's status).
 """
@@ -18,7 +19,6 @@ import os
 import socket
 import ssl
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,10 +30,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
+from waiting import WAIT_S, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_ROOT = REPO / ".cache" / "kube-root"
-READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
 
 
@@ -191,25 +191,34 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=STOP_TIMEOUT_S)
 
 
+def _log(folder: Path, name: str) -> str:
+    return (folder / f"{name}.log").read_text(encoding="utf-8", errors="replace")[-3000:]
+
+
 def _wait_ready(url: str, folder: Path, procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    """Until /readyz answers 200 (every readiness check of the API server passed: etcd reached, its
+    post-start hooks done), not only its port open; fails at once if etcd or the server exits."""
     context = ssl.create_default_context(cafile=str(folder / "ca.crt"))
     context.load_cert_chain(str(folder / "admin.crt"), str(folder / "admin.key"))
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    last = ""
-    while time.monotonic() < deadline:
-        for name, proc in procs.items():
-            if proc.poll() is not None:
-                log = (folder / f"{name}.log").read_text(encoding="utf-8", errors="replace")[-3000:]
-                raise AssertionError(f"{name} exited {proc.returncode}:\n{log}")
-        try:
-            with urllib.request.urlopen(f"{url}/readyz", context=context, timeout=5) as answer:
-                if answer.status == 200:
-                    return
-        except OSError as error:
-            last = str(error)
-        time.sleep(0.5)
-    log = (folder / "kube-apiserver.log").read_text(encoding="utf-8", errors="replace")[-3000:]
-    raise AssertionError(f"kube-apiserver not ready within {READY_TIMEOUT_S:.0f} s ({last}):\n{log}")
+
+    def status() -> int:
+        with urllib.request.urlopen(f"{url}/readyz", context=context, timeout=WAIT_S) as answer:
+            return int(answer.status)
+
+    def stopped() -> str | None:
+        exited = [
+            f"{name} exited {proc.returncode}" for name, proc in procs.items() if proc.poll() is not None
+        ]
+        return ", ".join(exited) or None
+
+    wait_until(
+        "kube-apiserver's /readyz to answer 200",
+        status,
+        lambda code: code == 200,
+        not_yet=(OSError,),
+        stopped=stopped,
+        context=lambda: "\n".join(f"{name}.log:\n{_log(folder, name)}" for name in procs),
+    )
 
 
 @contextlib.contextmanager
@@ -275,7 +284,6 @@ def open_api_server(folder: Path) -> Iterator[ApiServer]:
 
 
 CRDS = Path(__file__).parent / "crds"
-ESTABLISHED_TIMEOUT_S = 60.0
 
 
 def install_kueue_crds(kubeconfig: Path) -> None:
@@ -289,13 +297,11 @@ def install_kueue_crds(kubeconfig: Path) -> None:
         crd = yaml.safe_load(path.read_text(encoding="utf-8"))
         api.create_custom_resource_definition(crd)
         names.append(crd["metadata"]["name"])
-    deadline = time.monotonic() + ESTABLISHED_TIMEOUT_S
     for name in names:
-        while not any(
-            c.type == "Established" and c.status == "True"
-            for c in api.read_custom_resource_definition(name).status.conditions or []
-        ):
-            assert time.monotonic() < deadline, (
-                f"CRD {name} not Established within {ESTABLISHED_TIMEOUT_S:.0f} s"
-            )
-            time.sleep(0.2)
+        wait_until(
+            f"CRD {name} Established",
+            lambda name=name: [
+                (c.type, c.status) for c in api.read_custom_resource_definition(name).status.conditions or []
+            ],
+            lambda conditions: ("Established", "True") in conditions,
+        )

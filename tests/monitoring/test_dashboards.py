@@ -34,7 +34,6 @@ from gpuforge.node.efa_metrics import KERNEL_PORT_COUNTERS, METRIC_PREFIX, METRI
 
 MONITORED_STACKS = ["p5-prod", "p6-b200-reserved"]
 DASHBOARDS = ("gpuforge-usage.json", "gpuforge-fabric.json", "gpuforge-health.json")
-READY_S = 60
 SCRAPE_S = 15  # prometheus.yml's scrape_interval
 # Grafana replaces its built-in range variables with durations before it sends a query
 # (https://grafana.com/docs/grafana/latest/datasources/prometheus/template-variables/): these stand in.
@@ -171,7 +170,7 @@ def _backfill(start: int, minutes: int) -> str:
 def _prometheus(out: Path, data: Path, log: Path) -> Iterator[int]:
     config = out / "dashboards-test.yml"
     config.write_text(yaml.safe_dump({"rule_files": [str(out / "rules" / "*.yml")]}), encoding="utf-8")
-    with prometheus(config, data, log, ready_s=READY_S) as port:
+    with prometheus(config, data, log) as port:
         yield port
 
 

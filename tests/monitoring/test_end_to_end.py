@@ -26,7 +26,9 @@ published, its labels and values untouched, with two additions per GPU (label `g
   DCGM_FI_DEV_* names): the GPU's own captured label set, value 0 or the Xid the test injects.
 The capture's GPU count (eight) is what is served; the job holds two of them.
 
-Every daemon is started by this test and stopped by its own pid; every wait is bounded.
+Every daemon is started by this test and stopped by its own pid; every wait polls the state it needs
+(tests/waiting.py's one bound). The job holds its GPUs until the test releases it, not for a guessed time:
+under load the drain can take longer than any fixed job would last.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ import yaml
 from monitoring_support import SHIPPED_STACKS, tool
 from monitoring_tools import free_port, running
 from test_real_daemons import _get, _wait
+from waiting import WAIT_S
 
 from gpuforge.cli import main
 from gpuforge.hardware import InstanceType
@@ -64,7 +67,15 @@ from gpuforge.scheduler.render import node_registration
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests/scheduler"))  # the Slurm cluster helpers: a test folder, not a package
-from slurm_cluster import DEFAULT_ROOT, JOB_MAP_DIR, SlurmTestCluster, open_cluster, unavailable_reason  # noqa: E402
+from slurm_cluster import (  # noqa: E402
+    DEFAULT_ROOT,
+    JOB_MAP_DIR,
+    SlurmTestCluster,
+    node_is_empty,
+    open_cluster,
+    unavailable_reason,
+    until_released,
+)
 from test_slurm_daemons import _name, _this_machine, start_small_cluster  # noqa: E402
 
 sys.path.remove(str(REPO / "tests/scheduler"))
@@ -73,7 +84,6 @@ ROOT = Path(os.environ.get("GPUFORGE_SLURM_ROOT", DEFAULT_ROOT))
 _SKIP = unavailable_reason(ROOT)
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
 XID_GPU, XID = 1, 79
-JOB_SECONDS = 45
 REASON = f"gpuforge: alert GpuforgeXidNodeBad xid {XID} on GPU {XID_GPU}"
 
 
@@ -154,7 +164,7 @@ class InController:
     prefix: tuple[str, ...]
 
     def __call__(self, argv: Sequence[str]) -> CommandResult:
-        result = SubprocessRunner(timeout_s=12)([*self.prefix, *argv])
+        result = SubprocessRunner(timeout_s=WAIT_S)([*self.prefix, *argv])
         return CommandResult(
             tuple(argv),
             result.returncode,
@@ -223,14 +233,13 @@ def cluster(tmp_path: Path) -> Iterator[tuple[SlurmTestCluster, str, InstanceTyp
         spec = start_small_cluster(test_cluster, "gfalert", max_nodes=1)
         node = _name(test_cluster, 1)
         test_cluster.start_node(node, 11, node_registration(spec))
-        test_cluster.wait_for(f"{node} idle", lambda: "IDLE" in test_cluster.node(node).get("State", ""), 30)
+        test_cluster.wait_node(node, "registered", lambda shown: "IDLE" in shown.get("State", ""))
         yield test_cluster, node, _this_machine(test_cluster)
 
 
-def _drained_idle(state: str) -> bool:
+def _drained_idle(node: dict[str, str]) -> bool:
     """IDLE+DRAIN (a dynamic node adds +DYNAMIC_NORM): drained, and no job runs or completes on it."""
-    base, *flags = state.split("+")
-    return base == "IDLE" and "DRAIN" in flags and "COMPLETING" not in flags
+    return node_is_empty(node) and "DRAIN" in node["State"].split("+")
 
 
 def _query(base: str, expr: str) -> list[dict[str, Any]]:
@@ -300,10 +309,8 @@ def test_an_xid_under_a_running_job_drains_its_node_and_the_idle_node_is_reporte
             ),
         ):
             base = f"http://127.0.0.1:{prometheus_port}"
-            job = test_cluster.sbatch(f"--gres=gpu:{instance.gpu_count}", "--wrap", f"sleep {JOB_SECONDS}")
-            test_cluster.wait_for(
-                "the job running", lambda: test_cluster.job(job).get("JobState") == "RUNNING", 30
-            )
+            job = test_cluster.sbatch(f"--gres=gpu:{instance.gpu_count}", "--wrap", until_released("e2e"))
+            test_cluster.wait_job(job, "running", lambda shown: shown.get("JobState") == "RUNNING")
             # The prolog's mapping files reach Prometheus as dcgm-exporter's hpc_job label.
             held = _wait(
                 "Prometheus sees the job on both GPUs",
@@ -311,7 +318,6 @@ def test_an_xid_under_a_running_job_drains_its_node_and_the_idle_node_is_reporte
                     len(_query(base, f'DCGM_FI_DEV_XID_ERRORS{{hpc_job="{job}",node="{node}"}}'))
                     == instance.gpu_count
                 ),
-                30,
                 prometheus_log,
             )
             assert held
@@ -322,7 +328,6 @@ def test_an_xid_under_a_running_job_drains_its_node_and_the_idle_node_is_reporte
             _wait(
                 "the node drained by the alert",
                 lambda: test_cluster.node(node).get("Reason", "").startswith("gpuforge:"),
-                45,
                 alertmanager_log,
             )
             shown = test_cluster.client(["scontrol", "show", "node", node, "--oneliner"]).stdout
@@ -337,15 +342,12 @@ def test_an_xid_under_a_running_job_drains_its_node_and_the_idle_node_is_reporte
         for server, thread in zip((exporter_server, receiver_server), threads, strict=True):
             server.shutdown()
             server.server_close()
-            thread.join(timeout=10)
+            thread.join(timeout=WAIT_S)
 
     # The job runs to its end, untouched; the epilog leaves no mapping behind.
-    test_cluster.wait_for(
-        "the job completed", lambda: test_cluster.job(job).get("JobState") == "COMPLETED", JOB_SECONDS + 30
-    )
-    test_cluster.wait_for(
-        "the node drained and idle", lambda: _drained_idle(test_cluster.node(node)["State"]), 30
-    )
+    test_cluster.release("e2e")
+    test_cluster.wait_job(job, "completed", lambda shown: shown.get("JobState") == "COMPLETED")
+    test_cluster.wait_node(node, "drained and idle", _drained_idle)
     assert sorted(path.name for path in mapping.iterdir()) == []
     # The node agent's next check: healthy here, but Slurm shows a gpuforge drain and no job, so it reports it.
     reports: list[str] = []
@@ -360,4 +362,4 @@ def test_an_xid_under_a_running_job_drains_its_node_and_the_idle_node_is_reporte
     agent.act(healthy, cast(NodeContext, None))
     assert reports == [node]
     assert json.loads((tmp_path / "drain.json").read_text(encoding="utf-8"))["reason"] == REASON
-    assert _drained_idle(test_cluster.node(node)["State"])  # never resumed
+    assert _drained_idle(test_cluster.node(node))  # never resumed

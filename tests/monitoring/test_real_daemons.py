@@ -4,7 +4,8 @@ a drain alert to the drain receiver's address on 127.0.0.1, where a stand-in rec
 HTTP server, so that only the routing is judged here; test_end_to_end.py runs gpuforge's own
 receiver) reads Alertmanager's webhook JSON.
 
-Each daemon is started by this test on 127.0.0.1 and stopped by its own pid; every wait is bounded.
+Each daemon is started by this test on 127.0.0.1 and stopped by its own pid; every wait polls the state
+it needs (tests/waiting.py's one bound).
 Debian's Alertmanager reads its default notification template from a fixed path,
 /usr/share/prometheus/alertmanager/default.tmpl (the package installs it there; the test root only
 unpacks it), so the test starts it in a private mount namespace whose /usr/share is an overlay that
@@ -13,13 +14,12 @@ adds the test root's template: the host's /usr/share is left as it is.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import threading
-import time
 import urllib.request
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,32 +27,29 @@ from urllib.parse import urlsplit
 
 import pytest
 from monitoring_support import SHIPPED_STACKS, tool
-from monitoring_tools import free_port, running
+from monitoring_tools import free_port, log_tail, running, wait_ready
+from waiting import WAIT_S, wait_until
 
 from gpuforge.cli import main
 from gpuforge.monitoring.alertmanager import DRAIN_URL
 from gpuforge.monitoring.rules import load_rules
 
 pytestmark = pytest.mark.slow
-READY_S = 30
 # The rendered route waits group_wait (30 s) before its first notification of a group.
-DELIVERY_S = 60
+GROUP_WAIT_S = 30
 
 
 def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as answer:
+    with urllib.request.urlopen(url, timeout=WAIT_S) as answer:
         return json.loads(answer.read())
 
 
-def _wait(what: str, check: Any, limit: float, log: Path) -> Any:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, ValueError):
-            result = check()
-            if result:
-                return result
-        time.sleep(0.2)
-    pytest.fail(f"{what} within {limit} s; log:\n{log.read_text(encoding='utf-8', errors='replace')[-3000:]}")
+def _wait(what: str, check: Callable[[], Any], log: Path, *, beyond_s: float = 0.0) -> Any:
+    """Until `check()` gives a truthy answer (a daemon's API that does not answer yet, or answers
+    what is not JSON yet, is not there yet); fails with the last answer and the daemon's log."""
+    return wait_until(
+        what, check, bool, beyond_s=beyond_s, not_yet=(OSError, ValueError), context=lambda: log_tail(log)
+    )
 
 
 @pytest.fixture
@@ -82,17 +79,14 @@ def test_prometheus_starts_with_the_rendered_config_and_flags_and_loads_every_ru
     with running(command, log):
         base = f"http://127.0.0.1:{port}"
         groups = _wait(
-            "Prometheus loaded its rules",
-            lambda: _get(f"{base}/api/v1/rules")["data"]["groups"],
-            READY_S,
-            log,
+            "Prometheus loaded its rules", lambda: _get(f"{base}/api/v1/rules")["data"]["groups"], log
         )
-        flags_seen = _get(f"{base}/api/v1/status/flags")["data"]
+        runtime = _get(f"{base}/api/v1/status/runtimeinfo")["data"]
     kinds = [rule["type"] for group in groups for rule in group["rules"]]
     data = load_rules()
     assert kinds.count("alerting") == len(data.alerts)
     assert kinds.count("recording") == len(data.recording)
-    assert flags_seen["storage.tsdb.retention.time"] == "15d"
+    assert runtime["storageRetention"] == "2w1d"  # prometheus.yml's 15d (test_prometheus_retention.py)
 
 
 class _Receiver(BaseHTTPRequestHandler):
@@ -144,14 +138,9 @@ def test_alertmanager_sends_a_drain_alert_to_the_receiver_on_loopback(rendered: 
     ]
     log = tmp_path / "alertmanager.log"
     try:
-        with running(command, log):
+        with running(command, log) as process:
             base = f"http://127.0.0.1:{port}"
-            _wait(
-                "Alertmanager ready",
-                lambda: urllib.request.urlopen(f"{base}/-/ready", timeout=5).status == 200,
-                READY_S,
-                log,
-            )
+            wait_ready(f"{base}/-/ready", process, log)
             alerts = [
                 {
                     "labels": {
@@ -176,9 +165,9 @@ def test_alertmanager_sends_a_drain_alert_to_the_receiver_on_loopback(rendered: 
                 headers={"Content-Type": "application/json"},
                 method="POST",
             )
-            with urllib.request.urlopen(request, timeout=5) as answer:
+            with urllib.request.urlopen(request, timeout=WAIT_S) as answer:
                 assert answer.status == 200
-            _wait("the drain receiver got the alert", lambda: _Receiver.received, DELIVERY_S, log)
+            _wait("the drain receiver got the alert", lambda: _Receiver.received, log, beyond_s=GROUP_WAIT_S)
     finally:
         server.shutdown()
         server.server_close()

@@ -8,7 +8,8 @@ own, as on a real cluster. Daemons are started with `nsenter --net=...` (not `ip
 exec`, which remounts /sys, hides the cgroup mount, and slurmd then fails).
 
 Everything this module creates it removes, by name and by pid: daemons, namespaces,
-veth pairs, the bridge, mounts. Every wait is bounded by a deadline.
+veth pairs, the bridge, mounts. Every wait polls the state the next step needs, bounded by
+tests/waiting.py's one deadline (WAIT_S), and fails with the last state seen.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
+
+from waiting import WAIT_S, WaitFailed, wait_until
 
 from gpuforge import hardware
 from gpuforge.components.specs import SchedulerSpec
@@ -43,10 +46,33 @@ HEALTH_CHECK = "/usr/local/sbin/gpuforge-slurm-healthcheck"
 # the checkout's `gpuforge node prolog|epilog`, each node writing dcgm-exporter's job mapping
 # files into a folder of its own (the nodes share one root here; on a cluster each has its /run).
 JOB_MAP_DIR = f"{TEST_DIR}/job-map"
+# A test holds a node's Epilog (or Prolog) while HOLD_DIR/<command>/<node> exists, as a loaded
+# machine's slow Python start would: the node stays COMPLETING, deterministically. Bounded: the
+# script goes on after HOLD_S seconds whatever the test does.
+HOLD_DIR = f"{TEST_DIR}/hold"
+HOLD_S = int(2 * WAIT_S)
 JOB_SCRIPT = f"""#!/bin/sh
+held=0
+while [ -e {HOLD_DIR}/{{command}}/"$SLURMD_NODENAME" ] && [ "$held" -lt {HOLD_S} ]; do
+    sleep 1
+    held=$((held + 1))
+done
 PYTHONPATH={AGENT_DIR} exec python3 -c 'import sys; from gpuforge.cli import main; sys.exit(main())' \\
     node {{command}} --mapping-dir {JOB_MAP_DIR}/"$SLURMD_NODENAME"
 """
+# A batch job that runs until the test cancels it or the cluster closes (bounded all the same):
+# a job that must still be running when a later wait ends cannot be a guessed `sleep 60`.
+UNTIL_CANCELLED = f"sleep {int(10 * WAIT_S)}"
+RELEASE_DIR = f"{TEST_DIR}/release"
+
+
+def until_released(name: str) -> str:
+    """A batch job's command that runs until the test calls `release(name)`, then ends well (exit 0):
+    a job that must run through a wait and then complete by itself. Bounded: it ends after HOLD_S."""
+    return (
+        f'held=0; while [ ! -e {RELEASE_DIR}/{name} ] && [ "$held" -lt {HOLD_S} ]; '
+        "do sleep 1; held=$((held + 1)); done"
+    )
 
 
 # Accounting (start_database, start_slurmdbd): the daemons' names in `procs`, where MariaDB
@@ -74,8 +100,23 @@ class ClusterError(AssertionError):
     """A daemon did not start or a wait ran out; carries the daemon's log for the test report."""
 
 
+State = TypeVar("State")
+
+
+def node_is_empty(node: dict[str, str]) -> bool:
+    """No job holds the node and none is still completing: `scontrol show node`'s State has the base
+    IDLE and no COMPLETING flag (IDLE+DRAIN+DYNAMIC_NORM is empty, IDLE+COMPLETING+DYNAMIC_NORM is not).
+
+    "Not ALLOCATED" is not this: a node whose last job is running its Epilog is IDLE+COMPLETING, and
+    `scontrol delete nodename=` refuses it ("Requested nodes are busy"); a slurmd stopped then never
+    reports the Epilog done, so the node stays COMPLETING until SlurmdTimeout.
+    """
+    base, *flags = node.get("State", "").split("+")
+    return base == "IDLE" and "COMPLETING" not in flags
+
+
 def _run(
-    argv: list[str], *, timeout: float = 30, check: bool = True, stdin: str | None = None
+    argv: list[str], *, timeout: float = WAIT_S, check: bool = True, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
     if check and done.returncode != 0:
@@ -165,6 +206,12 @@ class SlurmTestCluster:
             script.write_text(JOB_SCRIPT.format(command=command), encoding="utf-8")
             script.chmod(0o755)
 
+    def release(self, name: str) -> None:
+        """End the jobs running `until_released(name)`."""
+        flag = self.root / RELEASE_DIR.lstrip("/") / name
+        flag.parent.mkdir(parents=True, exist_ok=True)
+        flag.touch()
+
     def make_gpus(self, count: int) -> None:
         """Fake GPU device files: character devices with NVIDIA's major number, 195."""
         folder = self.root / DEVICE_PREFIX.rsplit("/", 1)[0].lstrip("/")
@@ -206,12 +253,12 @@ class SlurmTestCluster:
     # -- daemons and commands -------------------------------------------------------------
 
     def chroot(
-        self, argv: list[str], *, timeout: float = 30, check: bool = True
+        self, argv: list[str], *, timeout: float = WAIT_S, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
         return _run(["chroot", str(self.root), *argv], timeout=timeout, check=check)
 
     def client(
-        self, argv: list[str], *, timeout: float = 30, check: bool = True
+        self, argv: list[str], *, timeout: float = WAIT_S, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
         """A Slurm client command, run from the controller's namespace."""
         return _run(
@@ -260,7 +307,7 @@ class SlurmTestCluster:
             ],
         )
 
-    def start_controller(self, host: str, *, ready_timeout: float = 30) -> None:
+    def start_controller(self, host: str) -> None:
         """slurmctld in the `ctl` namespace with hostname `host` (its own UTS namespace).
 
         When slurm.conf keeps accounting in slurmdbd and none runs yet, MariaDB and slurmdbd are
@@ -268,12 +315,12 @@ class SlurmTestCluster:
         and no state files retries for ever ("Still don't know my ClusterID") and never answers.
         """
         if wants_slurmdbd(self.read_file("slurm.conf")) and DBD not in self.procs:
-            self.start_accounting_backend(host, timeout=max(ready_timeout, 60))
+            self.start_accounting_backend(host)
         self._start_as_host("ctl", host, ["slurmctld", "-D"])
         self.wait_for(
             "slurmctld to answer",
-            lambda: self.client(["scontrol", "ping"], check=False).stdout.count("UP") > 0,
-            ready_timeout,
+            lambda: self.client(["scontrol", "ping"], check=False).stdout,
+            lambda shown: "UP" in shown,
             daemon="ctl",
         )
 
@@ -314,17 +361,48 @@ class SlurmTestCluster:
                 proc.wait(5)
 
     def wait_for(
-        self, what: str, predicate: Callable[[], bool], timeout: float, *, daemon: str | None = None
-    ) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            if daemon is not None and not self.alive(daemon):
-                raise ClusterError(f"{daemon} exited while waiting for {what}:\n{self.daemon_log(daemon)}")
-            time.sleep(0.5)
-        detail = f":\n{self.daemon_log(daemon)}" if daemon else ""
-        raise ClusterError(f"timed out after {timeout} s waiting for {what}{detail}")
+        self,
+        what: str,
+        observe: Callable[[], State],
+        done: Callable[[State], bool] = bool,
+        *,
+        daemon: str | None = None,
+        beyond_s: float = 0.0,
+    ) -> State:
+        """tests/waiting.py's `wait_until` for this cluster: `observe` reads the state (`scontrol show
+        node`, a job, a file), `done` says it is the one needed. With `daemon`, fails at once if that
+        daemon exits, and any failure shows its log."""
+
+        def stopped() -> str | None:
+            return None if daemon is None or self.alive(daemon) else f"{daemon} exited"
+
+        def context() -> str:
+            return self.daemon_log(daemon) if daemon is not None else ""
+
+        try:
+            return wait_until(what, observe, done, beyond_s=beyond_s, stopped=stopped, context=context)
+        except WaitFailed as failed:
+            raise ClusterError(str(failed)) from None
+
+    def wait_node(self, name: str, what: str, done: Callable[[dict[str, str]], bool]) -> dict[str, str]:
+        """Wait until `scontrol show node NAME` is as `done` needs; fails with the last one seen, and
+        with slurmd's log while the test runs that node's slurmd."""
+        return self.wait_for(
+            f"{name} {what}",
+            lambda: self.node(name),
+            done,
+            daemon=name if name in self.procs else None,
+        )
+
+    def wait_empty(self, *names: str) -> None:
+        """Each node holds no job and none is completing (`node_is_empty`): what a node must be
+        before it leaves, and before the next test counts on it."""
+        for name in names:
+            self.wait_node(name, "with no job and none completing", node_is_empty)
+
+    def wait_job(self, job_id: str, what: str, done: Callable[[dict[str, str]], bool]) -> dict[str, str]:
+        """Wait until `scontrol show job` of `job_id` is as `done` needs; fails with the last one seen."""
+        return self.wait_for(f"job {job_id} {what}", lambda: self.job(job_id), done)
 
     # -- accounting: MariaDB and slurmdbd on the controller -------------------------------
 
@@ -334,7 +412,7 @@ class SlurmTestCluster:
         return path.read_text(encoding="utf-8") if path.exists() else ""
 
     def start_accounting_backend(
-        self, host: str, *, password: str = BACKEND_PASSWORD, dbd_conf: str | None = None, timeout: float = 60
+        self, host: str, *, password: str = BACKEND_PASSWORD, dbd_conf: str | None = None
     ) -> None:
         """MariaDB and slurmdbd for a controller named `host`, as the controller boots them.
 
@@ -345,8 +423,8 @@ class SlurmTestCluster:
         if not conf:
             raise ClusterError("slurm.conf keeps accounting in slurmdbd, but no slurmdbd.conf was written")
         self.write_hosts(host)
-        self.start_database(password, timeout=timeout)
-        self.start_slurmdbd(host, conf + storage_pass(password), timeout=timeout)
+        self.start_database(password)
+        self.start_slurmdbd(host, conf + storage_pass(password))
 
     def write_hosts(self, host: str) -> None:
         """/etc/hosts naming the controller at address 1: slurm.conf's AccountingStorageHost and
@@ -355,7 +433,7 @@ class SlurmTestCluster:
             f"127.0.0.1 localhost\n{self.address(1)} {host}\n", encoding="utf-8"
         )
 
-    def start_database(self, password: str, *, timeout: float = 60) -> None:
+    def start_database(self, password: str) -> None:
         """MariaDB in the controller's namespace: a new data folder, then mariadbd, then slurmdbd's
         user (`DB_USER` with `password`, all rights on `DB_NAME`), as the controller's boot does.
 
@@ -369,9 +447,7 @@ class SlurmTestCluster:
         data = self.root / DB_DIR.lstrip("/")
         data.mkdir(parents=True)
         self.chroot(["chown", "mysql:mysql", DB_DIR, "/run/mysqld"])
-        self.chroot(
-            ["mariadb-install-db", "--user=mysql", f"--datadir={DB_DIR}", "--skip-test-db"], timeout=timeout
-        )
+        self.chroot(["mariadb-install-db", "--user=mysql", f"--datadir={DB_DIR}", "--skip-test-db"])
         self._start(
             DATABASE,
             [
@@ -388,14 +464,7 @@ class SlurmTestCluster:
                 "--innodb-snapshot-isolation=OFF",
             ],
         )
-        self.wait_for(
-            "mariadbd to answer",
-            lambda: (
-                self.chroot(["mariadb-admin", f"--socket={DB_SOCKET}", "ping"], check=False).returncode == 0
-            ),
-            timeout,
-            daemon=DATABASE,
-        )
+        self.wait_database()
         quoted = password.replace("\\", "\\\\").replace("'", "\\'")
         # On standard input, so that the password is in no process's arguments.
         _run(
@@ -407,7 +476,16 @@ class SlurmTestCluster:
             ),
         )
 
-    def start_slurmdbd(self, host: str, conf: str, *, timeout: float = 30) -> None:
+    def wait_database(self) -> None:
+        """Until mariadbd answers on its socket (`mariadb-admin ping`), or exits."""
+        self.wait_for(
+            "mariadbd to answer",
+            lambda: self.chroot(["mariadb-admin", f"--socket={DB_SOCKET}", "ping"], check=False),
+            lambda done: done.returncode == 0,
+            daemon=DATABASE,
+        )
+
+    def start_slurmdbd(self, host: str, conf: str) -> None:
         """slurmdbd in the controller's namespace with hostname `host`, reading `conf` (the whole
         slurmdbd.conf, password included): owned by slurm, mode 0600, as slurmdbd insists."""
         path = self.root / "etc/slurm/slurmdbd.conf"
@@ -419,8 +497,8 @@ class SlurmTestCluster:
         log = self.root / "var/log/slurm/slurmdbd.log"
         self.wait_for(
             "slurmdbd to start",
-            lambda: log.exists() and " started" in log.read_text(errors="replace"),
-            timeout,
+            lambda: log.read_text(errors="replace") if log.exists() else "",
+            lambda text: " started" in text,
             daemon=DBD,
         )
 
@@ -430,7 +508,7 @@ class SlurmTestCluster:
             self.chroot(["useradd", "--no-create-home", "--shell", "/bin/sh", name])
 
     def client_as(
-        self, user: str, argv: list[str], *, timeout: float = 30, check: bool = True
+        self, user: str, argv: list[str], *, timeout: float = WAIT_S, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
         """A Slurm client command run by `user` (auth/slurm authenticates it as that user)."""
         return _run(
@@ -498,20 +576,27 @@ class SlurmTestCluster:
         # Last started, first stopped: nodes, slurmctld, then slurmdbd, then the database.
         for name in reversed(list(self.procs)):
             self.stop(name)
-        for _ in range(20):  # bounded: steps get SIGKILL, then have 10 s to go
+
+        def kill_strays() -> list[int]:
             strays = self._strays()
-            if not strays:
-                break
             for pid in strays:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
-            time.sleep(0.5)
+            return strays
+
+        left: WaitFailed | None = None
+        try:
+            wait_until("no process left in the cluster's root", kill_strays, lambda strays: not strays)
+        except WaitFailed as failed:  # torn down all the same, then reported
+            left = failed
         for namespace in reversed(self.namespaces):
             _run(["ip", "netns", "del", namespace], check=False)
         for link in reversed(self.links):
             _run(["ip", "link", "del", link], check=False)
         for target in reversed(self.mounts):
             _run(["umount", "-R", str(target)], check=False)
+        if left is not None:
+            raise left
 
 
 # The client commands `client_bin` wraps: what `gpuforge usage` and the MTBF reader call on a controller.
@@ -523,7 +608,7 @@ def run_with_cluster_clients(
     argv: list[str],
     *,
     env: dict[str, str] | None = None,
-    timeout: float = 60,
+    timeout: float = WAIT_S,
 ) -> subprocess.CompletedProcess[str]:
     """Run a command of this machine (not of the root) as if on the cluster's controller.
 
@@ -603,7 +688,6 @@ def start_accounting_cluster(
     node_count: int = 2,
     gpus_per_node: int = 2,
     scheduler: SchedulerSpec | None = None,
-    timeout: float = 60,
 ) -> AccountingCluster:
     """MariaDB, slurmdbd, slurmctld and `node_count` GPU nodes of the rendered config, all up.
 
@@ -640,19 +724,14 @@ def start_accounting_cluster(
     health_check.parent.mkdir(parents=True, exist_ok=True)
     health_check.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
     health_check.chmod(0o755)
-    cluster.start_accounting_backend(CONTROLLER, password=password, dbd_conf=dbd_conf, timeout=timeout)
-    cluster.start_controller(CONTROLLER, ready_timeout=timeout)
+    cluster.start_accounting_backend(CONTROLLER, password=password, dbd_conf=dbd_conf)
+    cluster.start_controller(CONTROLLER)
     nodes = tuple(f"{cluster.tag}-gpu{number}" for number in range(1, node_count + 1))
     registration = node_registration(spec)
     for index, node in enumerate(nodes, start=11):
         cluster.start_node(node, index, registration)
     for node in nodes:
-        cluster.wait_for(
-            f"{node} idle",
-            lambda node=node: cluster.node(node).get("State") == "IDLE+DYNAMIC_NORM",
-            timeout,
-            daemon=node,
-        )
+        cluster.wait_node(node, "idle", lambda shown: shown.get("State") == "IDLE+DYNAMIC_NORM")
     return AccountingCluster(cluster, spec, nodes)
 
 
@@ -703,7 +782,7 @@ def _reader_with_accounting(
     if f" {address}/" not in shown:
         _run(["ip", "netns", "exec", namespace, "ip", "addr", "add", f"{address}/32", "dev", "eth0"])
     if DBD not in cluster.procs:
-        cluster.start_accounting_backend(host, dbd_conf=files.get("slurmdbd.conf"), timeout=60)
+        cluster.start_accounting_backend(host, dbd_conf=files.get("slurmdbd.conf"))
     # start_accounting_backend named the host at address 1 in /etc/hosts; the read names `address`.
     (cluster.root / "etc/hosts").write_text(f"127.0.0.1 localhost\n{address} {host}\n", encoding="utf-8")
     return [
@@ -720,7 +799,7 @@ def _reader_with_accounting(
 
 
 def read_by_slurmctld(
-    cluster: SlurmTestCluster, files: dict[str, str], *, host: str, address: str, timeout: float = 15
+    cluster: SlurmTestCluster, files: dict[str, str], *, host: str, address: str
 ) -> ControllerRead:
     """Start slurmctld on `files` in a network and UTS namespace of its own, ask it what it read, stop it.
 
@@ -750,13 +829,15 @@ def read_by_slurmctld(
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + timeout
-        while proc.poll() is None and READY_LINE not in log.read_text(errors="replace"):
-            if time.monotonic() > deadline:
-                raise ClusterError(
-                    f"slurmctld neither started nor stopped in {timeout} s:\n{log.read_text()}"
-                )
-            time.sleep(0.02)
+        try:
+            wait_until(
+                "slurmctld to start or stop",
+                lambda: log.read_text(errors="replace"),
+                lambda text: proc.poll() is not None or READY_LINE in text,
+                poll_s=0.02,  # it starts in about 0.1 s, and the hostile tests read many configs
+            )
+        except WaitFailed as failed:
+            raise ClusterError(str(failed)) from None
         if proc.poll() is not None:
             return ControllerRead(False, log.read_text(errors="replace"), {}, {})
 
@@ -769,16 +850,16 @@ def read_by_slurmctld(
                 "scontrol",
                 *args,
             ]
-            # Retried until the deadline, in case slurmctld has logged that it runs before its port is open.
-            while True:
-                done = _run(argv, timeout=timeout, check=False)
-                if done.returncode == 0 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
-            if done.returncode != 0:
-                raise ClusterError(
-                    f"scontrol {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}"
+            # Retried: slurmctld logs that it runs before its port is open. Fails with its last answer.
+            try:
+                done = wait_until(
+                    f"scontrol {' '.join(args)} to answer",
+                    lambda: _run(argv, check=False),
+                    lambda done: done.returncode == 0,
+                    stopped=lambda: None if proc.poll() is None else f"slurmctld exited {proc.returncode}",
                 )
+            except WaitFailed as failed:
+                raise ClusterError(f"{failed}\n{log.read_text(errors='replace')[-3000:]}") from None
             return done.stdout
 
         partitions = {

@@ -27,6 +27,7 @@ import pytest
 from slurm_cluster import (
     DEFAULT_ROOT,
     REPO,
+    UNTIL_CANCELLED,
     AccountingCluster,
     SlurmTestCluster,
     open_cluster,
@@ -72,7 +73,7 @@ def _sync_accounts(cluster: SlurmTestCluster) -> subprocess.CompletedProcess[str
     (written to /etc/slurm with the other files), sacctmgr of this cluster on PATH."""
     accounts = cluster.root / "etc/slurm/gpuforge-accounts.json"
     return run_with_cluster_clients(
-        cluster, [str(GPUFORGE), "scheduler", "sync-accounts", "--accounts", str(accounts)], timeout=120
+        cluster, [str(GPUFORGE), "scheduler", "sync-accounts", "--accounts", str(accounts)]
     )
 
 
@@ -92,10 +93,6 @@ def _submit(cluster: SlurmTestCluster, user: str, *args: str) -> str:
     return done.stdout.strip().split(";")[0]
 
 
-def _state(cluster: SlurmTestCluster, job: str) -> str:
-    return cluster.job(job).get("JobState", "")
-
-
 def _sacct(cluster: SlurmTestCluster, *jobs: str) -> dict[str, list[dict[str, Any]]]:
     """`sacct --json --duplicates` of `jobs`: each job's records (one per run of a requeued job), by job id."""
     done = cluster.client(["sacct", "--json", "--allusers", "--duplicates", "--jobs", ",".join(jobs)])
@@ -109,9 +106,17 @@ def _states(cluster: SlurmTestCluster, job: str) -> list[str]:
     return [record["state"]["current"][0] for record in _sacct(cluster, job).get(job, [])]
 
 
-def _in_sacct_finished(cluster: SlurmTestCluster, *jobs: str) -> bool:
-    shown = _sacct(cluster, *jobs)
-    return all(job in shown and shown[job][-1]["state"]["current"][0] in FINAL for job in jobs)
+def _wait_in_sacct_finished(cluster: SlurmTestCluster, *jobs: str) -> None:
+    """Until every job's last run is in sacct in a final state (so with its end time); fails showing sacct's records."""
+
+    def finished(shown: dict[str, list[dict[str, Any]]]) -> bool:
+        return all(job in shown and shown[job][-1]["state"]["current"][0] in FINAL for job in jobs)
+
+    cluster.wait_for(f"jobs {', '.join(jobs)} finished in sacct", lambda: _sacct(cluster, *jobs), finished)
+
+
+def _wait_state(cluster: SlurmTestCluster, job: str, state: str) -> None:
+    cluster.wait_job(job, state, lambda shown: shown.get("JobState") == state)
 
 
 def _gpus(record: dict[str, Any]) -> int:
@@ -129,16 +134,14 @@ def _all_idle(acct: AccountingCluster) -> None:
     for team in SCHEDULER.teams:
         cluster.client(["scancel", f"--account={team.name}"], check=False)
     for node in acct.nodes:
-        cluster.wait_for(
-            f"{node} idle", lambda node=node: cluster.node(node).get("State") == "IDLE+DYNAMIC_NORM", 60
-        )
+        cluster.wait_node(node, "idle", lambda shown: shown.get("State") == "IDLE+DYNAMIC_NORM")
 
 
 def test_gpu_jobs_are_in_sacct_with_their_gpus_and_durations(acct: AccountingCluster) -> None:
     cluster = acct.cluster
     two = _submit(cluster, "alice", "--gres=gpu:2", "-w", acct.nodes[0], "--wrap", "sleep 4")
     one = _submit(cluster, "bob", "--gres=gpu:1", "-w", acct.nodes[1], "--wrap", "sleep 2")
-    cluster.wait_for("both jobs finished in sacct", lambda: _in_sacct_finished(cluster, two, one), 60)
+    _wait_in_sacct_finished(cluster, two, one)
     shown = _sacct(cluster, two, one)
     for job, user, gpus, seconds in ((two, "alice", 2, 4), (one, "bob", 1, 2)):
         (record,) = shown[job]
@@ -160,13 +163,23 @@ def test_gpu_jobs_are_in_sacct_with_their_gpus_and_durations(acct: AccountingClu
 def test_a_research_job_is_requeued_when_a_production_job_needs_its_gpus(acct: AccountingCluster) -> None:
     cluster = acct.cluster
     node = acct.nodes[1]
-    research = _submit(cluster, "bob", "--qos=research", "--gres=gpu:2", "-w", node, "--wrap", "sleep 300")
-    cluster.wait_for("the research job running", lambda: _state(cluster, research) == "RUNNING", 60)
-    production = _submit(
-        cluster, "alice", "--qos=production", "--gres=gpu:2", "-w", node, "--wrap", "sleep 300"
+    research = _submit(
+        cluster, "bob", "--qos=research", "--gres=gpu:2", "-w", node, "--wrap", UNTIL_CANCELLED
     )
-    cluster.wait_for("the production job running", lambda: _state(cluster, production) == "RUNNING", 60)
-    requeued = cluster.job(research)
+    _wait_state(cluster, research, "RUNNING")
+    production = _submit(
+        cluster, "alice", "--qos=production", "--gres=gpu:2", "-w", node, "--wrap", UNTIL_CANCELLED
+    )
+    _wait_state(cluster, production, "RUNNING")
+    # The requeue is done (pending again, restarted once) and the scheduler has judged the job again.
+    requeued = cluster.wait_job(
+        research,
+        "requeued and judged",
+        lambda shown: (
+            (shown.get("JobState"), shown.get("Restarts")) == ("PENDING", "1")
+            and shown.get("Reason") != "None"
+        ),
+    )
     # Requeued, not killed: pending again (Slurm holds a requeued job back a while: BeginTime)
     # with one restart, and its first run recorded as PREEMPTED.
     assert (requeued["JobState"], requeued["Reason"], requeued["Restarts"]) == (
@@ -174,7 +187,9 @@ def test_a_research_job_is_requeued_when_a_production_job_needs_its_gpus(acct: A
         "BeginTime",
         "1",
     ), requeued
-    cluster.wait_for("the preempted run in sacct", lambda: "PREEMPTED" in _states(cluster, research), 30)
+    cluster.wait_for(
+        "the preempted run in sacct", lambda: _states(cluster, research), lambda states: "PREEMPTED" in states
+    )
     preempted, again = _sacct(cluster, research)[research]
     assert (preempted["state"]["current"], again["state"]["current"]) == (["PREEMPTED"], ["PENDING"])
     record = preempted
@@ -184,11 +199,10 @@ def test_a_research_job_is_requeued_when_a_production_job_needs_its_gpus(acct: A
 
 def test_a_team_at_its_gpu_quota_pends_with_slurms_reason(acct: AccountingCluster) -> None:
     cluster = acct.cluster
-    running = _submit(cluster, "carol", "--gres=gpu:1", "--wrap", "sleep 300")
-    cluster.wait_for("vision's first job running", lambda: _state(cluster, running) == "RUNNING", 60)
-    over = _submit(cluster, "carol", "--gres=gpu:1", "--wrap", "sleep 300")
-    cluster.wait_for("the job over quota judged", lambda: cluster.job(over).get("Reason") != "None", 30)
-    waiting = cluster.job(over)
+    running = _submit(cluster, "carol", "--gres=gpu:1", "--wrap", UNTIL_CANCELLED)
+    _wait_state(cluster, running, "RUNNING")
+    over = _submit(cluster, "carol", "--gres=gpu:1", "--wrap", UNTIL_CANCELLED)
+    waiting = cluster.wait_job(over, "judged", lambda shown: shown.get("Reason") != "None")
     # Three GPUs are free, but vision's GrpTRES=gres/gpu=1 is used up.
     assert (waiting["JobState"], waiting["Reason"]) == ("PENDING", "AssocGrpGRES"), waiting
     _all_idle(acct)
@@ -239,15 +253,17 @@ def test_a_gpuforge_drain_is_in_the_event_history(acct: AccountingCluster) -> No
     reason = "gpuforge: xid 79 on GPU 1"
     cluster.client(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
     cluster.wait_for(
-        "the drain in the history", lambda: any(e["Reason"] == reason for e in _events(cluster, node)), 30
+        "the drain in the history",
+        lambda: _events(cluster, node),
+        lambda events: any(e["Reason"] == reason for e in events),
     )
     (open_event,) = [event for event in _events(cluster, node) if event["Reason"] == reason]
     assert (open_event["State"], open_event["TimeEnd"]) == ("DRAIN", "Unknown"), open_event
     cluster.client(["scontrol", "update", f"nodename={node}", "state=resume"])
     cluster.wait_for(
         "the drain closed",
-        lambda: [e["TimeEnd"] for e in _events(cluster, node) if e["Reason"] == reason] != ["Unknown"],
-        30,
+        lambda: _events(cluster, node),
+        lambda events: [e["TimeEnd"] for e in events if e["Reason"] == reason] != ["Unknown"],
     )
     (closed,) = [event for event in _events(cluster, node) if event["Reason"] == reason]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", closed["TimeEnd"]), closed

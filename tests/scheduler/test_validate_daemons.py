@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from slurm_cluster import DEFAULT_ROOT, REPO, SlurmTestCluster, open_cluster, unavailable_reason
-from test_slurm_daemons import _name, _this_machine, start_small_cluster
+from test_slurm_daemons import _idle, _name, _registered, _this_machine, start_small_cluster
+from waiting import WAIT_S
 
 from gpuforge.node.slurm import REASON_PREFIX
 from gpuforge.scheduler.render import node_registration
@@ -37,6 +38,9 @@ STUBS = "/var/lib/gpuforge-test/validate"
 # that a large run alone would hide. Scaled by 0.05 (14.94) it fails the whole-cluster floor too.
 FLOORS = floors_for("p4d.24xlarge")
 NODES = 4
+# The step timeout of the failed-and-hung diag test: the hung diag ends only by it, and the failed
+# one (a stub printing a file, through srun and a Python Prolog) must end well before it.
+QUICK_STEP_S = 30
 
 ALL_REDUCE = f"""#!/bin/sh
 # Stand-in for nccl-tests: like the real one, only rank 0 prints. A multi-node run prints NCCL's
@@ -111,12 +115,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SlurmTes
         for number, node in enumerate(nodes, start=1):
             test_cluster.start_node(node, 10 + number, node_registration(spec))
         for node in nodes:
-            test_cluster.wait_for(
-                f"{node} idle", lambda node=node: "IDLE" in test_cluster.node(node).get("State", ""), 30
-            )
+            test_cluster.wait_node(node, "registered", _registered)
         progress: list[str] = []
         prefix = ("nsenter", f"--net=/var/run/netns/{test_cluster.tag}-ctl", "chroot", str(test_cluster.root))
-        yield test_cluster, Slurm(prefix=prefix, step_timeout_s=60, progress=progress.append), progress
+        yield test_cluster, Slurm(prefix=prefix, step_timeout_s=WAIT_S, progress=progress.append), progress
 
 
 def _plan(test_cluster: SlurmTestCluster, nodes: tuple[str, ...]) -> Plan:
@@ -138,14 +140,18 @@ def _resume(test_cluster: SlurmTestCluster, slurm: Slurm, nodes: list[str]) -> N
     """Undrain `nodes` and wait until they take jobs again, so the next test sees the whole cluster."""
     for node in nodes:
         slurm.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
-    test_cluster.wait_for(f"{nodes} idle", lambda: set(nodes) <= set(idle_nodes(slurm, "gpu")), 30)
+    for node in nodes:
+        test_cluster.wait_node(node, "idle", _idle)
 
 
 def _whole_cluster(test_cluster: SlurmTestCluster, slurm: Slurm) -> tuple[str, ...]:
-    """Every node, once all take jobs again: a node stays COMPLETING until its Epilog (gpuforge's
-    job mapping clean-up, a Python start) is done, so the last test's jobs can still hold some."""
+    """Every node, once all are idle, with no job and nothing completing: a node stays COMPLETING
+    until its Epilog (gpuforge's job mapping clean-up, a Python start) is done, so the last test's
+    jobs can still hold some; a node sinfo shows "mix" still runs one."""
     names = tuple(_name(test_cluster, number) for number in range(1, NODES + 1))
-    test_cluster.wait_for("every node idle", lambda: idle_nodes(slurm, "gpu") == names, 30)
+    for node in names:
+        test_cluster.wait_node(node, "idle", _idle)
+    assert idle_nodes(slurm, "gpu") == names
     return names
 
 
@@ -265,13 +271,17 @@ def test_a_failed_and_a_hung_diag_fail_the_run_and_name_their_nodes(
     failing, hung = _name(test_cluster, 1), _name(test_cluster, 2)
     (test_cluster.root / STUBS.lstrip("/") / "fail" / failing).touch()
     (test_cluster.root / STUBS.lstrip("/") / "hang" / hung).touch()
-    quick = Slurm(prefix=slurm.prefix, step_timeout_s=8, progress=slurm.progress)
+    quick = Slurm(prefix=slurm.prefix, step_timeout_s=QUICK_STEP_S, progress=slurm.progress)
     report = run_acceptance(quick, _plan(test_cluster, (failing, hung)))
     verdicts = {item.file: item for item in report.diag}
     assert not verdicts[f"diag:{failing}"].passed
     assert any("Fail" in problem for problem in verdicts[f"diag:{failing}"].run.problems)
-    assert verdicts[f"diag:{hung}"].run.problems[0] == f"the diag step on {hung} failed: timed out after 8 s"
+    assert verdicts[f"diag:{hung}"].run.problems[0] == (
+        f"the diag step on {hung} failed: timed out after {QUICK_STEP_S} s"
+    )
     assert not report.passed
     test_cluster.wait_for(
-        "the hung step's job to end", lambda: hung not in slurm.run(["squeue", "-h", "-o", "%N"]), 30
+        "the hung step's job to end",
+        lambda: slurm.run(["squeue", "-h", "-o", "%N"]),
+        lambda queue: hung not in queue,
     )

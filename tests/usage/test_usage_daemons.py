@@ -23,6 +23,7 @@ sys.path.insert(0, str(REPO / "tests" / "scheduler"))
 from slurm_cluster import (
     DEFAULT_ROOT,
     AccountingCluster,
+    SlurmTestCluster,
     open_cluster,
     run_with_cluster_clients,
     start_accounting_cluster,
@@ -36,6 +37,28 @@ JOBS = (  # user, account, GPUs, seconds of sleep, node index
     ("carol", "vision", 1, 3, 1),
 )
 DRAIN_REASON = "gpuforge: usage test drain"
+DRAIN_S = 3  # how long the drain lasts, by the event history's own clock
+
+
+def _drain_events(cluster: SlurmTestCluster, node: str) -> list[dict[str, str]]:
+    """sacctmgr's event history of `node` for the test's drain reason (TimeStart, TimeEnd: UTC, the root's zone)."""
+    shown = cluster.client(
+        [
+            "sacctmgr",
+            "--noheader",
+            "--parsable2",
+            "show",
+            "event",
+            f"nodes={node}",
+            "format=TimeStart,TimeEnd,Reason",
+        ]
+    ).stdout
+    rows = [line.split("|") for line in shown.splitlines()]
+    return [{"start": start, "end": end} for start, end, reason in rows if reason == DRAIN_REASON]
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp).replace(tzinfo=UTC).timestamp()
 
 
 def _utc(moment: float) -> str:
@@ -74,13 +97,23 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AccountingCl
             )
             ids.append(done.stdout.strip().split(";")[0])
         for job in ids:
-            cluster.wait_for(
-                f"job {job} done", lambda job=job: cluster.job(job).get("JobState") == "COMPLETED", 60
-            )
+            cluster.wait_job(job, "done", lambda shown: shown.get("JobState") == "COMPLETED")
         drained = acct.nodes[1]
         cluster.client(["scontrol", "update", f"nodename={drained}", "state=drain", f"reason={DRAIN_REASON}"])
-        time.sleep(3)
+        # Resumed once the drain is in the history and has lasted DRAIN_S by its recorded start; the
+        # report runs once the history has closed it.
+        (opened,) = cluster.wait_for(
+            "the drain in the event history", lambda: _drain_events(cluster, drained)
+        )
+        cluster.wait_for(
+            f"the drain {DRAIN_S} s old", time.time, lambda now: now >= _epoch(opened["start"]) + DRAIN_S
+        )
         cluster.client(["scontrol", "update", f"nodename={drained}", "state=resume"])
+        cluster.wait_for(
+            "the drain closed in the event history",
+            lambda: _drain_events(cluster, drained),
+            lambda events: [event["end"] for event in events] not in ([], ["Unknown"]),
+        )
 
         def in_sacct() -> bool:
             listed = cluster.client(
@@ -88,7 +121,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AccountingCl
             ).stdout
             return all(f"{job}|COMPLETED" in listed for job in ids)
 
-        cluster.wait_for("the jobs in sacct", in_sacct, 30)
+        cluster.wait_for("the jobs in sacct", in_sacct)
         until = time.time() + 2
         stack = write_stack(
             base / "stack", "test", slurm_stack(**{"gpuforge:monitoring": {"enabled": False}})

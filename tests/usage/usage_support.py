@@ -17,7 +17,6 @@ import pytest
 from monitoring_tools import prometheus, tool
 from stack_files import slurm_stack, write_stack
 
-READY_S = 60
 StackMaker = Callable[..., Path]
 
 
@@ -48,5 +47,5 @@ def prometheus_with_history(openmetrics: str, folder: Path) -> Iterator[str]:
     config.write_text("global: {}\n", encoding="utf-8")
     # History of a fixed date (the real accounting fixtures') stays queryable however old it gets.
     retention = ["--storage.tsdb.retention.time=36500d"]
-    with prometheus(config, data, folder / "prometheus.log", extra_flags=retention, ready_s=READY_S) as port:
+    with prometheus(config, data, folder / "prometheus.log", extra_flags=retention) as port:
         yield f"http://127.0.0.1:{port}"

@@ -333,7 +333,8 @@ def test_diag_script_resumes_profiling_when_the_diag_ends_or_the_pod_is_stopped(
     import os
     import signal
     import subprocess
-    import time
+
+    from waiting import WAIT_S, wait_until
 
     calls = tmp_path / "calls"
     fake = tmp_path / "dcgmi"
@@ -345,12 +346,14 @@ def test_diag_script_resumes_profiling_when_the_diag_ends_or_the_pod_is_stopped(
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
     with subprocess.Popen(["/bin/sh", "-c", kj.diag_script(2)], env=env) as shell:
         if terminate:
-            deadline = time.monotonic() + 10
-            while "diag -r 2" not in (calls.read_text() if calls.exists() else ""):
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            # The diag runs once its stand-in wrote its pid (after recording its call): then stop the pod.
+            wait_until(
+                "the diag's pid",
+                lambda: diag_pid.read_text() if diag_pid.exists() else "",
+                lambda pid: pid.strip() != "",
+            )
             shell.send_signal(signal.SIGTERM)
-        assert shell.wait(timeout=10) == (143 if terminate else 0)
+        assert shell.wait(timeout=WAIT_S) == (143 if terminate else 0)
     if terminate:
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(diag_pid.read_text()), signal.SIGKILL)

@@ -20,11 +20,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from waiting import WAIT_S, wait_until
 
 from gpuforge import hardware
 from gpuforge.validate.floors import floors_for
@@ -192,20 +192,22 @@ def interrupt_mid_diag(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while not all("diag start" in calls(state, node) for node in nodes):
-            assert child.poll() is None, child.communicate()[0]
-            assert time.monotonic() < deadline, f"the diag did not start: {calls(state, nodes[0])}"
-            time.sleep(0.1)
+        wait_until(
+            "every node's diag to start",
+            lambda: {node: calls(state, node) for node in nodes},
+            lambda seen: all("diag start" in lines for lines in seen.values()),
+            stopped=lambda: None if child.poll() is None else f"the run exited {child.returncode}",
+            context=lambda: child.communicate()[0] if child.poll() is not None else "",
+        )
         if group:
             os.killpg(child.pid, signum)
         else:
             child.send_signal(signum)
-        out, _ = child.communicate(timeout=90)
+        out, _ = child.communicate(timeout=WAIT_S)
     finally:
         if child.poll() is None:
             child.kill()
-            child.wait(timeout=10)
+            child.wait(timeout=WAIT_S)
     assert "resuming" in out or "dcgmi profile --resume" in out, out
     return child.returncode
 
@@ -258,9 +260,7 @@ def real_cluster(
         for number, node in enumerate(nodes, start=1):
             cluster.start_node(node, 10 + number, node_registration(spec))
         for node in nodes:
-            cluster.wait_for(
-                f"{node} idle", lambda node=node: "IDLE" in cluster.node(node).get("State", ""), 30
-            )
+            cluster.wait_node(node, "registered", daemons._registered)
         prefix = f"nsenter --net=/var/run/netns/{cluster.tag}-ctl chroot {cluster.root}"
         yield cluster, nodes, cluster.root / state_inside.lstrip("/"), prefix
 
@@ -280,6 +280,6 @@ def test_ctrl_c_mid_diag_with_real_srun_cancels_the_diag_then_resumes(
     # No step of the run is left behind (the last ones complete once their epilog ends).
     cluster.wait_for(  # type: ignore[attr-defined]
         "an empty queue",
-        lambda: cluster.client(["squeue", "-h"]).stdout.strip() == "",
-        30,  # type: ignore[attr-defined]
+        lambda: cluster.client(["squeue", "-h"]).stdout.strip(),  # type: ignore[attr-defined]
+        lambda queue: queue == "",
     )
