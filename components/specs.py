@@ -547,6 +547,21 @@ def _check_accounts(qos: tuple[QosSpec, ...], teams: tuple[TeamSpec, ...]) -> No
                 "give each its own name",
                 source=_SACCTMGR_DOC,
             )
+    # A name listed twice reaches sacctmgr twice, and Slurm keeps it once: every sync-accounts would then find
+    # the lists different and change them again (accounts.plan_changes compares them whole).
+    for field, listed in (
+        *((f"scheduler.qos[{level.name}].preempts", level.preempts) for level in qos),
+        *((f"scheduler.teams[{team.name}].qos", team.qos) for team in teams),
+    ):
+        repeated = sorted({name for name in listed if listed.count(name) > 1})
+        if repeated:
+            raise invalid(
+                field,
+                list(listed),
+                f"{', '.join(repeated)} is listed more than once",
+                "list each QOS once",
+                source=_QOS_DOC,
+            )
     known = {q.name for q in qos}
     for level in qos:
         if level.name in level.preempts:

@@ -106,6 +106,7 @@ class AccountsState(_Strict):
             taken = reserved.slurm_qos_problem("qos.name", level.name)
             if taken is not None:
                 problems.append(f"qos.name = {cut(level.name)}: {taken.rule} (source: {taken.source})")
+            problems += _repeated(f"qos[{level.name}].preempt", level.preempt)
             problems += [
                 f"qos[{level.name}].preempt: {name} is not a QOS of the file"
                 for name in level.preempt
@@ -113,6 +114,7 @@ class AccountsState(_Strict):
             ]
         for account in self.accounts:
             rule(account.name, slurm_values.ACCOUNT_NAME, "accounts.name")
+            problems += _repeated(f"accounts[{account.name}].qos", account.qos)
             if account.gpu_quota < 1:
                 problems.append(
                     f"accounts[{account.name}].gpu_quota = {account.gpu_quota}: a quota is 1 or more GPUs"
@@ -124,6 +126,9 @@ class AccountsState(_Strict):
             ]
         for user in self.users:
             rule(user.name, slurm_values.USER_NAME, "users.name")
+            admin = reserved.slurm_user_problem("users.name", user.name)
+            if admin is not None:
+                problems.append(f"users.name = {cut(user.name)}: {admin.rule} (source: {admin.source})")
             problems += [
                 f"users[{user.name}].accounts: {name} is not an account of the file"
                 for name in user.accounts
@@ -140,6 +145,12 @@ class AccountsState(_Strict):
                 + "\nFix: render it again from the stack (gpuforge scheduler render) instead of editing it."
             )
         return self
+
+
+def _repeated(field: str, names: Sequence[str]) -> list[str]:
+    """A problem line when `names` lists one twice (Slurm keeps it once, so no sync would ever be done)."""
+    twice = sorted({name for name in names if names.count(name) > 1})
+    return [f"{field}: {', '.join(twice)} is listed more than once"] if twice else []
 
 
 def desired_state(cluster: str, scheduler: SchedulerSpec) -> AccountsState:

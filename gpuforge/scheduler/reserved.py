@@ -1,7 +1,7 @@
 """What a stack's scheduler block may not take: names Kubernetes or Slurm reserve or already use.
 
-A team becomes a Slurm account, or on Kubernetes a Namespace, a ClusterQueue and a LocalQueue
-(gpuforge.kubernetes.kueue); a QOS becomes a Slurm QOS, or a core PriorityClass and a Kueue
+A team becomes a Slurm account with its users, or on Kubernetes a Namespace, a ClusterQueue and a
+LocalQueue (gpuforge.kubernetes.kueue); a QOS becomes a Slurm QOS, or a core PriorityClass and a Kueue
 WorkloadPriorityClass; `systemNodeType` is the EKS node group the system add-ons run on. Some of those
 names exist before gpuforge makes anything, and taking one over gives gpuforge's labels and queues to
 something it does not own, or fails only on the cluster. `check` refuses them where the stack's
@@ -10,13 +10,13 @@ that builds a spec alike), each with the key, the value, the rule and its source
 
 Each rule holds for the scheduler that makes the name, and only there: a Slurm stack's teams never
 become namespaces, so `kube-system` is a good Slurm account; a Kubernetes stack has no slurmdbd, so
-`normal` is a good Kubernetes QOS.
+`normal` is a good Kubernetes QOS and `root` is not refused among its teams' users.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -74,6 +74,22 @@ class QosLike(Protocol):
 
     @property
     def name(self) -> str: ...
+
+
+class UserLike(Protocol):
+    """What is read of a team's user (components.specs.TeamUser)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class TeamWithUsers(Protocol):
+    """What the Slurm rules read of a team (components.specs.TeamSpec)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def users(self) -> Sequence[UserLike]: ...
 
 
 @dataclass(frozen=True)
@@ -223,9 +239,37 @@ def slurm_qos_problem(field: str, name: str) -> Problem | None:
     )
 
 
-def slurm_problems(qos: Iterable[QosLike]) -> list[Problem]:
+# slurmdbd makes user root, with DefaultAccount root, in every new database (tests/fixtures/accounts-sync/users.txt,
+# `root|root`, printed by Slurm 26.05.5's sacctmgr). gpuforge sets each team user's DefaultAccount to the team, so
+# a team listing root would move the Slurm administrator's default account to the team.
+SLURM_ADMIN_USER = "root"
+SLURM_USER_SOURCE = (
+    "tests/fixtures/accounts-sync/users.txt (Slurm 26.05.5); https://slurm.schedmd.com/sacctmgr.html"
+)
+
+
+def slurm_user_problem(field: str, name: str) -> Problem | None:
+    """A Problem when a team user named `name` is the user Slurm makes for itself."""
+    if name != SLURM_ADMIN_USER:
+        return None
+    return Problem(
+        field,
+        name,
+        "slurmdbd makes user root, with DefaultAccount root, in every database, and gpuforge sets a team user's "
+        "DefaultAccount to the team, so it would move the Slurm administrator's default account",
+        "leave root out of the teams; root's jobs can still name a team with --account",
+        SLURM_USER_SOURCE,
+    )
+
+
+def slurm_problems(qos: Iterable[QosLike], teams: Iterable[TeamWithUsers] = ()) -> list[Problem]:
     """Every name of a `type: slurm` block that Slurm already uses."""
     found = [slurm_qos_problem(f"scheduler.qos[{level.name}].name", level.name) for level in qos]
+    found += [
+        slurm_user_problem(f"scheduler.teams[{team.name}].users", user.name)
+        for team in teams
+        for user in team.users
+    ]
     return [problem for problem in found if problem is not None]
 
 
@@ -248,4 +292,4 @@ def check(scheduler: SchedulerSpec) -> None:
     if scheduler.type == "kubernetes":
         refuse(kubernetes_problems(scheduler.teams, scheduler.qos, scheduler.system_node_type))
     elif scheduler.type == "slurm":
-        refuse(slurm_problems(scheduler.qos))
+        refuse(slurm_problems(scheduler.qos, scheduler.teams))

@@ -129,6 +129,21 @@ def test_a_preemption_cycle_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("qos", "teams", "field"),
     [
+        ([QOS[0], QOS[1]], [dict(TEAMS[0], qos=["production", "research", "research"])], "teams[llm].qos"),
+        ([dict(QOS[0], preempts=["research", "research"]), QOS[1]], [], "qos[production].preempts"),
+    ],
+)
+def test_a_qos_listed_twice_is_refused(tmp_path: Path, qos: Any, teams: Any, field: str) -> None:
+    """Slurm keeps a list's name once, so a repeated one would make every sync-accounts change the list again."""
+    message = _refused(tmp_path, _scheduler(qos=qos, teams=teams))
+    assert f"gpuforge:scheduler.{field} = [" in message and "research is listed more than once" in message, (
+        message
+    )
+
+
+@pytest.mark.parametrize(
+    ("qos", "teams", "field"),
+    [
         ([QOS[1]], [dict(TEAMS[0], qos=["research", "production"])], "gpuforge:scheduler.teams[llm].qos"),
         (
             [{"name": "production", "priority": 1000, "preempts": ["reserch"]}],

@@ -104,6 +104,26 @@ def test_slurm_s_own_normal_qos_is_refused_on_slurm_only(tmp_path: Path) -> None
     assert kubernetes.scheduler.qos[0].name == "normal"
 
 
+def test_slurm_s_own_root_user_in_a_team_is_refused_on_slurm_only(tmp_path: Path) -> None:
+    """slurmdbd's user root (DefaultAccount root in the real capture), whose default account a sync would move."""
+    captured = (Path(__file__).resolve().parents[1] / "fixtures" / "accounts-sync" / "users.txt").read_text(
+        "utf-8"
+    )
+    assert "root|root" in captured.splitlines()
+    teams = [{"name": "llm", "users": ["alice", "root"], "gpuQuota": 8}]
+    message = _refused(tmp_path, {**SLURM, "teams": teams})
+    assert "gpuforge:scheduler.teams[llm].users = 'root'" in message
+    assert "move the Slurm administrator's default account" in message and "leave root out" in message, (
+        message
+    )
+    assert [
+        user.name for user in _load(tmp_path, {**KUBERNETES, "teams": teams}).scheduler.teams[0].users
+    ] == [
+        "alice",
+        "root",
+    ]
+
+
 def test_an_accounts_file_naming_slurm_s_normal_qos_is_refused() -> None:
     """The controller's own reading of gpuforge-accounts.json applies the same rule (a hand-edited file)."""
     document = AccountsState(cluster="gfcapture").to_json() | {
@@ -113,6 +133,12 @@ def test_an_accounts_file_naming_slurm_s_normal_qos_is_refused() -> None:
         parse_state(json.dumps(document), "gpuforge-accounts.json")
     assert "qos.name = 'normal'" in caught.value.message
     assert "slurmdbd makes QOS normal" in caught.value.message
+    document = AccountsState(cluster="gfcapture").to_json() | {
+        "accounts": [{"name": "llm", "gpu_quota": 8, "qos": []}],
+        "users": [{"name": "root", "accounts": ["llm"], "default_account": "llm"}],
+    }
+    with pytest.raises(InputError, match=r"users.name = 'root': slurmdbd makes user root"):
+        parse_state(json.dumps(document), "gpuforge-accounts.json")
 
 
 @pytest.mark.parametrize(

@@ -185,6 +185,10 @@ def test_a_line_sacctmgr_would_not_print_is_exit_1() -> None:
         ),
         ({"users": [{"name": "Eve", "accounts": ["llm"], "default_account": "llm"}]}, "users.name = 'Eve'"),
         (
+            {"accounts": [{"name": "llm", "gpu_quota": 3, "qos": ["production", "production"]}]},
+            "accounts[llm].qos: production is listed more than once",
+        ),
+        (
             {"users": [{"name": "eve", "accounts": ["llm"], "default_account": "vision"}]},
             "not one of its accounts",
         ),
