@@ -20,19 +20,24 @@ commit 2c8da51e03f3dbbed24f9711ca2d76aab4eef9c5: notify/webhook/webhook.go `Mess
 that a newer Alertmanager's added fields do not stop the drains.
 
 Answers: 200 when every drain alert was acted on; 400 with the reason for a body that is
-not such a message (too large, not JSON, a field missing or of the wrong type, a node
-name scontrol would read as several nodes): Alertmanager does not retry a 4xx, and nothing
-was drained; 500 when Slurm could not be asked or told (logged): Alertmanager retries a 5xx
-and the drains are idempotent. The server binds 127.0.0.1 only, so nothing off the
-controller can drain a node.
+not such a message (a Content-Length that is not one number, a body over MAX_BODY_BYTES or
+shorter than its Content-Length, not UTF-8, not JSON or nested deeper than
+gpuforge.loading.MAX_DEPTH, not an object, a field missing or of the wrong type, a node name
+scontrol would read as several nodes): Alertmanager does not retry a 4xx, and nothing was
+drained; 500 when Slurm could not be asked or told (logged): Alertmanager retries a 5xx and the
+drains are idempotent. A request the handler could not finish is logged in one line, never as a
+traceback. Every log line and answer passes through gpuforge.display.printable, so a request line,
+header or JSON key holding a line feed or an escape sequence cannot forge a line of the log. The
+server binds 127.0.0.1 only, so nothing off the controller can drain a node.
 """
 
 from __future__ import annotations
 
-import json
+import re
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,7 +46,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
+from gpuforge.display import cut, printable, printable_lines
 from gpuforge.errors import GpuforgeError, InputError
+from gpuforge.loading import parse_json
 from gpuforge.monitoring.alertmanager import DRAIN_URL
 from gpuforge.node.runner import Runner, SubprocessRunner
 from gpuforge.node.slurm import (
@@ -67,6 +74,12 @@ SCONTROL_TIMEOUT_S = 12.0
 DRAIN_LABEL = "drain"
 NODE_LABEL = "node"
 ALERT_REASON = f"{REASON_PREFIX} alert"
+# Content-Length is 1*DIGIT (RFC 9110, section 8.6); more digits than MAX_BODY_BYTES has are refused
+# before int() (which reads Unicode digits such as "²" and refuses over 4300 digits).
+_LENGTH = re.compile(rf"[0-9]{{1,{len(str(MAX_BODY_BYTES))}}}\Z")
+_BODY = "the body"  # how parse_json's errors name what it read
+# A JSON key of a hostile body is shown in an error up to this many characters.
+_WHERE_CHARS = 40
 
 
 class PayloadError(InputError):
@@ -102,20 +115,36 @@ class Drain:
     reason: str
 
 
+def _where(loc: Sequence[object]) -> str:
+    """A validation error's place in the body, each key bounded: keys are the sender's text."""
+    parts = [
+        printable(str(part)[:_WHERE_CHARS]) + ("..." if len(str(part)) > _WHERE_CHARS else "") for part in loc
+    ]
+    return ".".join(parts) or "(body)"
+
+
 def parse_message(body: bytes) -> WebhookMessage:
-    """The message in `body`; anything else is a PayloadError naming what is wrong."""
+    """The message in `body`; anything else is a PayloadError naming what is wrong.
+
+    JSON is read by gpuforge.loading.parse_json: nesting deeper than its cap is refused before the
+    parser recurses (a RecursionError otherwise), and so are duplicate keys, NaN and Infinity.
+    """
     if len(body) > MAX_BODY_BYTES:
         raise PayloadError(f"the body is {len(body)} bytes, over the limit of {MAX_BODY_BYTES}")
     try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as error:
-        raise PayloadError(f"the body is not JSON: {error}") from None
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise PayloadError(
+            f"the body is not JSON: not UTF-8 (byte {error.start} is {body[error.start : error.start + 1]!r})"
+        ) from None
+    try:
+        data = parse_json(text, source=_BODY, fix="send Alertmanager's webhook message (version 4) as JSON")
+    except InputError as error:
+        raise PayloadError(f"the body is not JSON: {error.message.removeprefix(f'{_BODY}: ')}") from None
     try:
         return WebhookMessage.model_validate(data)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(map(str, item['loc'])) or '(body)'}: {item['msg']}" for item in error.errors()[:5]
-        )
+        problems = "; ".join(f"{_where(item['loc'])}: {item['msg']}" for item in error.errors()[:5])
         raise PayloadError(f"not an Alertmanager webhook message (version 4): {problems}") from None
 
 
@@ -158,6 +187,10 @@ class DrainReceiver:
     log: Callable[[str], None]
     lock: threading.Lock
 
+    def note(self, line: str) -> None:
+        """Log `line` escaped (gpuforge.display.printable): it quotes what the client sent."""
+        self.log(printable(line))
+
     def handle(self, body: bytes) -> list[str]:
         """What was done, per node; PayloadError for a bad body, SlurmError when Slurm failed."""
         message = parse_message(body)
@@ -169,13 +202,28 @@ class DrainReceiver:
                     line = f"drained {drain.node}: {drain.reason}"
                 else:
                     line = f"left {drain.node} as it is: {shown.state_text}, reason {shown.reason!r}"
-                self.log(line)
+                self.note(line)
                 done.append(line)
         return done
 
 
 def _log(message: str) -> None:
     print(f"gpuforge: receiver: {message}", file=sys.stderr, flush=True)
+
+
+def content_length(values: Sequence[str]) -> int:
+    """The body's length from the request's Content-Length headers (at least one); PayloadError when they
+    disagree, when it is not one plain number, or when it is over MAX_BODY_BYTES."""
+    if len(set(values)) > 1:
+        raise PayloadError(f"{len(values)} Content-Length headers that disagree")
+    if _LENGTH.match(values[0]) is None:
+        raise PayloadError(
+            f"Content-Length {cut(values[0], _WHERE_CHARS)} is not a number of bytes up to {MAX_BODY_BYTES}"
+        )
+    length = int(values[0])
+    if length > MAX_BODY_BYTES:
+        raise PayloadError(f"the body is {length} bytes, over the limit of {MAX_BODY_BYTES}")
+    return length
 
 
 def make_server(receiver: DrainReceiver, port: int = PORT) -> ThreadingHTTPServer:
@@ -186,10 +234,10 @@ def make_server(receiver: DrainReceiver, port: int = PORT) -> ThreadingHTTPServe
         server_version = "gpuforge-receiver"
 
         def log_message(self, format: str, *args: object) -> None:
-            receiver.log(format % args)
+            receiver.note(format % args)
 
         def _answer(self, status: HTTPStatus, text: str) -> None:
-            body = (text + "\n").encode("utf-8")
+            body = (printable_lines(text) + "\n").encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "text/plain; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -203,28 +251,55 @@ def make_server(receiver: DrainReceiver, port: int = PORT) -> ThreadingHTTPServe
             if self.path != PATH:
                 self._answer(HTTPStatus.NOT_FOUND, f"no such path {self.path[:100]!r}: POST to {PATH}")
                 return
-            length = self.headers.get("Content-Length", "")
-            if not length.isdigit():
+            values = self.headers.get_all("Content-Length") or []
+            if not values:
                 self._answer(HTTPStatus.LENGTH_REQUIRED, "a Content-Length header (a number) is required")
                 return
-            if int(length) > MAX_BODY_BYTES:
-                self._answer(
-                    HTTPStatus.BAD_REQUEST, f"the body is {length} bytes, over the limit of {MAX_BODY_BYTES}"
-                )
-                return
-            body = self.rfile.read(int(length))
             try:
-                done = receiver.handle(body)
+                done = receiver.handle(self._body(content_length(values)))
             except PayloadError as error:
-                receiver.log(f"refused a message: {error}")
+                receiver.note(f"refused a message: {error}")
                 self._answer(HTTPStatus.BAD_REQUEST, str(error))
             except GpuforgeError as error:
-                receiver.log(f"could not drain (Alertmanager retries): {error}")
+                receiver.note(f"could not drain (Alertmanager retries): {error}")
                 self._answer(HTTPStatus.INTERNAL_SERVER_ERROR, str(error))
             else:
                 self._answer(HTTPStatus.OK, "\n".join(done) or "no firing drain alert: nothing to do")
 
-    return ThreadingHTTPServer((HOST, port), Handler)
+        def _body(self, length: int) -> bytes:
+            """Exactly `length` bytes of body, all within READ_TIMEOUT_S; PayloadError otherwise.
+
+            One deadline for the whole body, not per read: a client trickling a byte at a time would
+            otherwise hold a thread for as many timeouts as the body has bytes.
+            """
+            deadline = time.monotonic() + READ_TIMEOUT_S
+            body = bytearray()
+            while len(body) < length:
+                left_s = deadline - time.monotonic()
+                try:
+                    if left_s <= 0:
+                        raise TimeoutError
+                    self.connection.settimeout(left_s)
+                    chunk = self.rfile.read1(length - len(body))
+                except TimeoutError:
+                    raise PayloadError(
+                        f"the body did not arrive: {len(body)} of its {length} bytes (Content-Length) "
+                        f"in {READ_TIMEOUT_S:g} s"
+                    ) from None
+                if not chunk:
+                    raise PayloadError(
+                        f"the body ended after {len(body)} of the {length} bytes its Content-Length says"
+                    )
+                body += chunk
+            return bytes(body)
+
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request: object, client_address: object) -> None:
+            """One log line for a request the handler could not finish (socketserver prints a traceback)."""
+            error = sys.exc_info()[1]
+            receiver.note(f"a request from {client_address} failed: {type(error).__name__}: {error}")
+
+    return Server((HOST, port), Handler)
 
 
 def serve(port: int = PORT) -> int:
