@@ -62,16 +62,48 @@ def _fail(path: Path | str, problem: str, fix: str) -> InputError:
     return InputError(f"{path}: {problem}. Fix: {fix}.")
 
 
+class RefusedFile(OSError):
+    """A file refused before its content is trusted: not a regular file, or more than its cap."""
+
+
+def read_bytes(path: Path, *, max_bytes: int, follow_links: bool = True) -> bytes:
+    """The content of the regular file at `path`, at most `max_bytes`; OSError for anything else.
+
+    The one guard for every file gpuforge reads from a place others may write (a CI checkout, /run,
+    /var/lib): the file is opened non-blocking and checked with fstat on the open descriptor, so a
+    FIFO or a device can neither block nor feed the read, and a file swapped between check and read
+    is still the one checked. At most `max_bytes` + 1 bytes are read, whatever the size says (sysfs
+    and /proc report sizes that are not the content's). `follow_links=False` opens with O_NOFOLLOW:
+    a symbolic link as the last part of the path is refused (ELOOP), so a link in a folder another
+    user can write cannot point the read at another file.
+    RefusedFile (an OSError) for a file that is not regular or too large.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_links:
+        flags |= os.O_NOFOLLOW
+    fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RefusedFile(None, "not a regular file (a directory, device or pipe)")
+        if info.st_size > max_bytes:
+            raise RefusedFile(None, f"{info.st_size} bytes is more than it may hold ({max_bytes})")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise RefusedFile(None, f"more than the {max_bytes} bytes it may hold")
+    return data
+
+
 def read_text(path: Path, *, what: str, max_bytes: int, fix: str) -> str:
-    """The file's text: a regular UTF-8 file of at most `max_bytes`, else InputError naming the fix.
+    """The file's text: a regular UTF-8 file of at most `max_bytes` (read_bytes), else InputError naming the fix.
 
     `what` names the file's role in messages ("cannot read the image manifest: ...").
-
-    The file is opened non-blocking and checked with fstat on the open descriptor, so a FIFO
-    cannot block the read and a file swapped between check and read is still the one checked.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        data = read_bytes(path, max_bytes=max_bytes)
     except FileNotFoundError:
         raise _fail(path, f"cannot read the {what}: no such file", fix) from None
     except ValueError:  # an embedded NUL byte
@@ -84,26 +116,6 @@ def read_text(path: Path, *, what: str, max_bytes: int, fix: str) -> str:
                 fix,
             ) from None
         raise _fail(path, f"cannot read the {what}: {error.strerror or error}", fix) from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise _fail(
-                path, f"cannot read the {what}: not a regular file (a directory, device or pipe)", fix
-            )
-        if info.st_size > max_bytes:
-            raise _fail(
-                path,
-                f"cannot read the {what}: {info.st_size} bytes is more than it may hold ({max_bytes})",
-                fix,
-            )
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(max_bytes + 1)
-    except OSError as error:
-        raise _fail(path, f"cannot read the {what}: {error.strerror or error}", fix) from None
-    finally:
-        os.close(fd)
-    if len(data) > max_bytes:
-        raise _fail(path, f"cannot read the {what}: more than the {max_bytes} bytes it may hold", fix)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:

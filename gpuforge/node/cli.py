@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from gpuforge import hardware
+from gpuforge.atomic import write_text_atomic
 from gpuforge.display import cut
 from gpuforge.errors import InputError
 from gpuforge.node import efa_metrics, job_mapping, kubernetes, slurm
@@ -282,14 +283,17 @@ def _report_asg(imds: ImdsClient) -> Identity:
 
 
 def _mark_boot(report: NodeReport, marker: Path) -> None:
-    """Write the boot pass marker on a pass and remove it on a failure, so that slurmd starts only after a pass."""
+    """Write the boot pass marker on a pass and remove it on a failure, so that slurmd starts only after a pass.
+
+    Written atomically (gpuforge.atomic): a FIFO at the path is refused instead of blocking the boot
+    gate until someone reads it, and a link is not followed to write elsewhere.
+    """
     try:
         if report.healthy:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text("healthy\n", encoding="utf-8")
+            write_text_atomic(marker, "healthy\n")
         else:
             marker.unlink(missing_ok=True)
-    except OSError as error:
+    except (OSError, InputError) as error:
         print(
             f"gpuforge: warning: could not {'write' if report.healthy else 'remove'} {marker}: {error}. "
             "slurmd's gpuforge drop-in starts slurmd only when it exists; run the check as root.",

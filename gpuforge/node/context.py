@@ -13,12 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuforge.hardware import InstanceType
+from gpuforge.loading import read_bytes
 from gpuforge.node.manifest import Manifest
 from gpuforge.node.runner import CachedRunner
 
 # EFA devices can come up after user data starts on some types: retry briefly.
 EFA_ATTEMPTS = 5
 EFA_RETRY_DELAY_S = 3.0
+# Kernel files the checks read (/proc/mounts on a node with many mounts is the largest, some KiB):
+# the cap only bounds a wrong --root or a file that is not the kernel's.
+KERNEL_FILE_MAX_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -61,10 +65,14 @@ class HostPaths:
         return self.root / "var/lib/gpuforge/slurm-drain.json"
 
     def read(self, path: Path) -> str | None:
-        """A kernel file's text, or None when it is absent or unreadable."""
+        """A kernel file's text, or None when it is absent, unreadable, not a regular file or too large.
+
+        Read through gpuforge.loading.read_bytes, so a FIFO or device at the path cannot block the
+        check. Links are followed: /proc/mounts is one (to self/mounts).
+        """
         try:
-            return path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+            return read_bytes(path, max_bytes=KERNEL_FILE_MAX_BYTES).decode("utf-8", errors="replace")
+        except (OSError, ValueError):
             return None
 
 

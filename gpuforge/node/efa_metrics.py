@@ -21,7 +21,12 @@ the device's traffic cannot be split: `hpc_job` then names both, comma-separated
 
 The file is written atomically (gpuforge.atomic), so node_exporter never serves half of it;
 the temporary file ends in `.tmp`, which the textfile collector does not read (it reads
-`*.prom`).
+`*.prom`). Every name and label value is written by gpuforge.exposition, which escapes what
+the format requires: a device or GPU name holding `"`, `}` or a line feed cannot forge labels
+or series. GPUs are named by their index (`GPU3` in the matrix, `3` in the label and in the job
+mapping folder); a matrix or cache naming a GPU otherwise is not trusted with either. Files are
+read through gpuforge.loading.read_bytes (regular files only, never through a link, bounded), so a
+FIFO in sysfs's place or under /run cannot block the collector.
 """
 
 from __future__ import annotations
@@ -34,8 +39,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuforge import exposition
 from gpuforge.atomic import write_text_atomic
+from gpuforge.display import printable
 from gpuforge.errors import InputError
+from gpuforge.loading import MAX_CONFIG_BYTES, read_bytes
 from gpuforge.node.efa import natural
 from gpuforge.node.job_mapping import jobs_of
 from gpuforge.node.runner import Runner
@@ -81,9 +89,12 @@ KERNEL_PORT_COUNTERS = (
     "impaired_remote_conn_events",
 )
 NOT_COUNTERS = frozenset({"lifespan"})
-# A counter file's name becomes part of a metric name: Prometheus allows [a-zA-Z_:][a-zA-Z0-9_:]*.
-_COUNTER_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")
 _VALUE = re.compile(r"[0-9]+\Z")
+# A sysfs attribute is at most a page (PAGE_SIZE, which sysfs also reports as every attribute's size).
+COUNTER_MAX_BYTES = 4096
+# `nvidia-smi topo -m` names GPUs GPU0, GPU1, ...: the number is the index dcgm-exporter labels.
+_GPU_COLUMN = re.compile(r"GPU([0-9]+)\Z")
+_GPU_INDEX = re.compile(r"[0-9]+\Z")
 
 Log = Callable[[str], None]
 # EFA device name -> the GPU indices it serves ("0", "1", ...).
@@ -91,7 +102,7 @@ Layout = Mapping[str, tuple[str, ...]]
 
 
 def _stderr(message: str) -> None:
-    print(f"gpuforge: {message}", file=sys.stderr)
+    print(f"gpuforge: {printable(message)}", file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -120,14 +131,15 @@ def _read_port(folder: str, device: str, port: str, log: Log) -> PortCounters:
         name = entry.name
         if name in NOT_COUNTERS:
             continue
-        if not _COUNTER_NAME.match(name):
+        if not exposition.is_metric_name(f"{METRIC_PREFIX}{name}{METRIC_SUFFIX}"):
             log(f"efa-metrics: {entry.path}: {name!r} is not a usable metric name; skipped")
             continue
         try:
-            text = Path(entry.path).read_text(encoding="ascii", errors="replace").strip()
+            raw = read_bytes(Path(entry.path), max_bytes=COUNTER_MAX_BYTES, follow_links=False)
         except OSError as error:
             log(f"efa-metrics: cannot read {entry.path}: {error.strerror or error}")
             continue
+        text = raw.decode("ascii", errors="replace").strip()
         if not _VALUE.match(text):
             log(f"efa-metrics: {entry.path} holds {text[:40]!r}, not a counter value; skipped")
             continue
@@ -150,29 +162,48 @@ def read_counters(infiniband: Path, log: Log = _stderr) -> list[PortCounters]:
     return found
 
 
+def unindexed_gpus(topology: Topology) -> tuple[str, ...]:
+    """The matrix's GPU columns that are not `GPU<index>`: left out of the layout."""
+    return tuple(gpu for gpu in topology.gpus if _GPU_COLUMN.match(gpu) is None)
+
+
 def layout_from_topology(topology: Topology) -> dict[str, tuple[str, ...]]:
-    """Each named NIC's nearest GPUs (the GPUs whose PCIe path to it is the shortest level)."""
+    """Each named NIC's nearest GPUs (the GPUs whose PCIe path to it is the shortest level), by index.
+
+    Only `GPU<index>` columns count: the index names the GPU's job mapping file and is the `gpu` label
+    dcgm-exporter writes, so a column named otherwise could neither be joined nor trusted as a path.
+    """
     rank = {level: index for index, level in enumerate(PCIE_LEVELS)}
+    gpus = {gpu: match[1] for gpu in topology.gpus if (match := _GPU_COLUMN.match(gpu))}
     layout: dict[str, tuple[str, ...]] = {}
     for nic in topology.nics:
         name = topology.nic_names.get(nic)
-        if name is None or not topology.gpus:
+        if name is None or not gpus:
             continue
-        distance = {gpu: rank.get(topology.links[gpu, nic], len(PCIE_LEVELS)) for gpu in topology.gpus}
+        distance = {gpu: rank.get(topology.links[gpu, nic], len(PCIE_LEVELS)) for gpu in gpus}
         nearest = min(distance.values())
-        layout[name] = tuple(gpu.removeprefix("GPU") for gpu in topology.gpus if distance[gpu] == nearest)
+        layout[name] = tuple(index for gpu, index in gpus.items() if distance[gpu] == nearest)
     return layout
 
 
 def _read_cache(path: Path, devices: tuple[str, ...]) -> dict[str, tuple[str, ...]] | None:
-    """The cached layout if it was made for exactly these devices, else None."""
+    """The cached layout if it was made for exactly these devices and names GPUs by index, else None.
+
+    The cache lives under /run: a file that is not the one load_layout wrote (a link, a FIFO, other
+    device or GPU names) is not trusted, and the layout is read again from nvidia-smi.
+    """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_bytes(path, max_bytes=MAX_CONFIG_BYTES, follow_links=False))
         if data["devices"] != list(devices):
             return None
-        return {str(name): tuple(str(gpu) for gpu in gpus) for name, gpus in data["layout"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        layout = {name: tuple(gpus) for name, gpus in data["layout"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
+    trusted = all(
+        name in devices and all(isinstance(gpu, str) and _GPU_INDEX.match(gpu) for gpu in gpus)
+        for name, gpus in layout.items()
+    )
+    return layout if trusted else None
 
 
 def load_layout(
@@ -193,10 +224,14 @@ def load_layout(
         log(f"efa-metrics: no GPU layout ({result.failure()}); devices get empty gpus and hpc_job labels")
         return {}
     try:
-        layout = layout_from_topology(parse_topology(result.stdout))
+        topology = parse_topology(result.stdout)
     except TopologyFormatError as error:
         log(f"efa-metrics: no GPU layout (unreadable `nvidia-smi topo -m`: {error})")
         return {}
+    odd = unindexed_gpus(topology)
+    if odd:
+        log(f"efa-metrics: `nvidia-smi topo -m` names GPU columns {odd!r}, not GPU<index>; left out")
+    layout = layout_from_topology(topology)
     unmatched = [device for device in devices if device not in layout]
     if unmatched:
         log(f"efa-metrics: `nvidia-smi topo -m` names no GPU for {', '.join(unmatched)}")
@@ -210,30 +245,29 @@ def load_layout(
     return layout
 
 
-def _label(value: str) -> str:
-    """A label value escaped as the text exposition format requires (backslash, quote, newline)."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 def render(ports: list[PortCounters], layout: Layout, mapping_dir: Path) -> str:
     """The textfile: per counter one HELP and TYPE line, then one sample per device and port."""
-    labels: dict[tuple[str, str], str] = {}
+    labels: dict[tuple[str, str], exposition.Labels] = {}
     families: dict[str, list[tuple[tuple[str, str], int]]] = {}
     for port in ports:
         gpus = layout.get(port.device, ())
         labels[port.device, port.port] = (
-            f'device="{_label(port.device)}",port="{_label(port.port)}",'
-            f'gpus="{",".join(gpus)}",hpc_job="{",".join(jobs_of(mapping_dir, gpus))}"'
+            ("device", port.device),
+            ("port", port.port),
+            ("gpus", ",".join(gpus)),
+            ("hpc_job", ",".join(jobs_of(mapping_dir, gpus))),
         )
         for name, value in port.counters:
             families.setdefault(name, []).append(((port.device, port.port), value))
-    lines: list[str] = []
-    for name in sorted(families):
-        metric = f"{METRIC_PREFIX}{name}{METRIC_SUFFIX}"
-        lines.append(f"# HELP {metric} EFA hardware counter {name} (sysfs ports/<port>/hw_counters/{name}).")
-        lines.append(f"# TYPE {metric} counter")
-        lines.extend(f"{metric}{{{labels[key]}}} {value}" for key, value in families[name])
-    return "".join(f"{line}\n" for line in lines)
+    return "".join(
+        exposition.family(
+            f"{METRIC_PREFIX}{name}{METRIC_SUFFIX}",
+            "counter",
+            f"EFA hardware counter {name} (sysfs ports/<port>/hw_counters/{name}).",
+            ((labels[key], value) for key, value in families[name]),
+        )
+        for name in sorted(families)
+    )
 
 
 def collect(infiniband: Path, mapping_dir: Path, layout_cache: Path, run: Runner, log: Log = _stderr) -> str:

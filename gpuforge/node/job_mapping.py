@@ -28,6 +28,12 @@ is overwritten by the next job that gets the GPU. The epilog removes only files 
 own job id, never another job's. Slurm hands a GPU to the next job only after the epilog of
 the last one has finished (the node stays COMPLETING until then), so the read-then-remove in
 the epilog does not race a prolog for the same GPU.
+
+Only regular files are read, never followed through a link, and only their first
+MAPPING_MAX_BYTES (gpuforge.loading.read_bytes): a FIFO left in the folder would otherwise block
+the prolog's read, and with it the job's start, for as long as nobody writes to it; a device could
+feed it without end; a link could point the read at any file. Such an entry counts as holding no
+job: the prolog logs that it cannot replace it, and the epilog leaves it alone.
 """
 
 from __future__ import annotations
@@ -40,7 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuforge.atomic import write_text_atomic
+from gpuforge.display import printable
 from gpuforge.errors import InputError
+from gpuforge.loading import read_bytes
 
 # dcgm-exporter's --hpc-job-mapping-dir on gpuforge's image (the drop-in
 # images/files/nvidia-dcgm-exporter-gpuforge.conf sets DCGM_HPC_JOB_MAPPING_DIR to it).
@@ -50,12 +58,14 @@ JOB_ID_VARIABLE = "SLURM_JOB_ID"
 GPUS_VARIABLE = "SLURM_JOB_GPUS"
 # Slurm prints job ids and GPU indices with %u / %d: plain decimal numbers.
 _NUMBER = re.compile(r"[0-9]+\Z")
+# A mapping file holds one job id and a line feed; a page is far more than any file gpuforge writes.
+MAPPING_MAX_BYTES = 4096
 
 Log = Callable[[str], None]
 
 
 def _stderr(message: str) -> None:
-    print(f"gpuforge: {message}", file=sys.stderr)
+    print(f"gpuforge: {printable(message)}", file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -92,22 +102,27 @@ def read_environment(env: Mapping[str, str]) -> JobGpus:
 
 
 def mapping_files(directory: Path) -> list[Path]:
-    """The files dcgm-exporter reads as mapping files: regular files named by a GPU index."""
+    """The files dcgm-exporter reads as mapping files: regular files (not links) named by a GPU index."""
     try:
-        entries = list(directory.iterdir())
+        with os.scandir(directory) as entries:
+            found = [
+                Path(entry.path)
+                for entry in entries
+                if _NUMBER.match(entry.name) and entry.is_file(follow_symlinks=False)
+            ]
     except FileNotFoundError:
         return []
-    return sorted(
-        (entry for entry in entries if _NUMBER.match(entry.name) and entry.is_file()),
-        key=lambda entry: int(entry.name),
-    )
+    return sorted(found, key=lambda entry: int(entry.name))
 
 
 def read_jobs(path: Path) -> tuple[str, ...]:
-    """The job ids in one mapping file (one per line), or () when it is missing or unreadable."""
+    """The job ids in one mapping file (one per line); () when it is missing, unreadable, a link, not a
+    regular file or over MAPPING_MAX_BYTES (never blocks: gpuforge.loading.read_bytes)."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        text = read_bytes(path, max_bytes=MAPPING_MAX_BYTES, follow_links=False).decode(
+            "utf-8", errors="replace"
+        )
+    except (OSError, ValueError):
         return ()
     return tuple(line.strip() for line in text.splitlines() if line.strip())
 
@@ -190,6 +205,10 @@ def run_epilog(directory: Path, env: Mapping[str, str] | None = None, log: Log =
 
 
 def jobs_of(directory: Path, gpus: Iterable[str]) -> tuple[str, ...]:
-    """The distinct jobs holding any of `gpus` now (sorted numerically): what the EFA collector labels."""
-    found = {job for gpu in gpus for job in read_jobs(directory / gpu) if _NUMBER.match(job)}
+    """The distinct jobs holding any of `gpus` now (sorted numerically): what the EFA collector labels.
+
+    Only GPU indices name a file: anything else (`../x`, an absolute path) is never joined to the folder."""
+    found = {
+        job for gpu in gpus if _NUMBER.match(gpu) for job in read_jobs(directory / gpu) if _NUMBER.match(job)
+    }
     return tuple(sorted(found, key=int))

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from gpuforge.atomic import write_text_atomic
 from gpuforge.errors import GpuforgeError, InputError
+from gpuforge.loading import read_bytes
 from gpuforge.node.context import NodeContext
 from gpuforge.node.gpus import gpu_query
 from gpuforge.node.report import CheckResult, NodeReport
@@ -57,6 +58,8 @@ from gpuforge.scheduler import slurm_values
 REASON_PREFIX = "gpuforge:"
 # `sinfo -R` prints 20 characters of a reason by default; the start must say what broke.
 REASON_MAX_CHARS = 80
+# The drain record is a node name and a reason (each far under a KiB) as JSON: a page holds it.
+DRAIN_RECORD_MAX_BYTES = 4096
 NODE_NAME_ENV = "SLURMD_NODENAME"
 NODE_NAME_FIELD = f"node name (--node-name, else ${NODE_NAME_ENV}, else the short hostname)"
 # Time budget of one --slurm run, in seconds from its start; slurmd kills it at 60.
@@ -206,12 +209,14 @@ class DrainRecord:
 
     @classmethod
     def load(cls, path: Path) -> DrainRecord | None:
+        """The record, None when there is none; through gpuforge.loading.read_bytes, so a FIFO, a device
+        or a link at the path (under /var/lib) reads as an unreadable record instead of blocking the check."""
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_bytes(path, max_bytes=DRAIN_RECORD_MAX_BYTES, follow_links=False))
             return cls(str(data["node"]), str(data["reason"]), bool(data["reported"]))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
             # An unreadable record only means Slurm is asked; it decides, not the file.
             return cls(node="", reason="", reported=False)
 

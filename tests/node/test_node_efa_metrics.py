@@ -11,15 +11,21 @@ tests/fixtures/node/efa-devices-p5.txt and the GPU layout tests/fixtures/node/to
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+import urllib.parse
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
-from monitoring_tools import tool
+from monitoring_tools import free_port, prometheus, running, tool
 from node_scenarios import fixture
+from waiting import WAIT_S, wait_until
 
 from gpuforge.node.efa_metrics import KERNEL_PORT_COUNTERS, collect, layout_from_topology, load_layout
 from gpuforge.node.runner import CommandResult
@@ -218,3 +224,129 @@ def test_console_script_writes_atomically_and_exits_2_when_it_cannot(tmp_path: P
     failed = run(blocker / "x.prom")
     assert failed.returncode == 2 and "cannot write the file" in failed.stderr
     assert "Traceback" not in failed.stderr
+
+
+# --- Hostile names: the device (a sysfs folder name) and the GPUs (`nvidia-smi topo -m`, the cache) ---
+
+# A folder name may hold anything but `/` and NUL: this one closes the label, ends the line and
+# writes a series of its own if it is not escaped.
+HOSTILE_DEVICE = 'evil"} 1\nfake_series{device="x"} 1\n# '
+# P4D's GPU1 column renamed in the real matrix (header and row): a name that adds a label if written raw.
+HOSTILE_GPU = 'GPU1",injected="yes'
+
+
+class HostileTopo(Topo):
+    """The captured p4d matrix (tests/fixtures/node/topo/p4d-a100.txt) with GPU1's column and row renamed."""
+
+    def __init__(self) -> None:
+        super().__init__("p4d-a100.txt")
+        assert self.text is not None and self.text.count("GPU1\t") == 2  # the header cell and the row
+        self.text = self.text.replace("GPU1\t", f"{HOSTILE_GPU}\t")
+
+
+def hostile_textfile(tmp_path: Path) -> str:
+    """The collector's file for p4d's first device (its GPUs from HostileTopo) and a hostile device."""
+    infiniband = fake_sysfs(tmp_path, [P4D_DEVICES[0], HOSTILE_DEVICE], ("tx_bytes",))
+    return collect(infiniband, tmp_path / "map", tmp_path / "layout.json", HostileTopo(), lambda _: None)
+
+
+# What the file must say, and nothing more: the hostile device's name as its label's value, and the
+# renamed GPU left out (it is no GPU index, so it can be neither labelled nor joined to a job).
+EXPECTED_SERIES = [
+    {"__name__": "gpuforge_efa_tx_bytes_total", "device": P4D_DEVICES[0], "port": "1", "gpus": "0"},
+    {"__name__": "gpuforge_efa_tx_bytes_total", "device": HOSTILE_DEVICE, "port": "1"},
+]
+
+
+def test_a_gpu_column_that_is_no_index_is_left_out_and_logged(tmp_path: Path) -> None:
+    logged: list[str] = []
+    layout = load_layout(tmp_path / "layout.json", tuple(P4D_DEVICES), HostileTopo(), logged.append)
+    assert layout[P4D_DEVICES[0]] == ("0",)
+    assert any(HOSTILE_GPU in line and "not GPU<index>" in line for line in logged)
+
+
+@pytest.mark.parametrize(
+    "gpus",
+    [['0"} 1\nfake_series 1'], ["../../etc"], ["/etc/passwd"], ["0,1"], [0]],
+    ids=["injection", "relative-path", "absolute-path", "comma", "not-text"],
+)
+def test_a_cache_naming_gpus_otherwise_than_by_index_is_not_trusted(
+    tmp_path: Path, gpus: list[object]
+) -> None:
+    """The cache under /run is read back only as load_layout wrote it: other GPU names mean nvidia-smi
+    is asked again, never that a name reaches a label or a path below the mapping folder."""
+    infiniband = fake_sysfs(tmp_path, P4D_DEVICES[:1], ("tx_bytes",))
+    cache = tmp_path / "layout.json"
+    cache.write_text(json.dumps({"devices": P4D_DEVICES[:1], "layout": {P4D_DEVICES[0]: gpus}}))
+    topo = Topo("p4d-a100.txt")
+    text = collect(infiniband, tmp_path / "map", cache, topo, lambda _: None)
+    assert topo.calls == 1
+    assert [(row["device"], row["gpus"]) for row in samples(text)] == [(P4D_DEVICES[0], "0,1")]
+    assert "fake_series" not in text
+
+
+def test_promtool_accepts_the_file_with_hostile_names(tmp_path: Path) -> None:
+    checked = subprocess.run(
+        [str(tool("promtool")), "check", "metrics"],
+        input=hostile_textfile(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (checked.returncode, checked.stdout, checked.stderr) == (0, "", "")
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=WAIT_S) as answer:
+        return json.load(answer)
+
+
+def test_hostile_names_reach_prometheus_as_exactly_the_intended_series(tmp_path: Path) -> None:
+    """The whole path of the file on a node: the real node_exporter's textfile collector reads it, the
+    real Prometheus scrapes node_exporter, and its API gives the series it stored with their label
+    values as JSON strings: exactly the collector's series, the hostile name as its label's value,
+    no forged label or series, and no textfile error."""
+    textfiles = tmp_path / "textfile"
+    textfiles.mkdir()
+    (textfiles / "gpuforge-efa.prom").write_text(hostile_textfile(tmp_path), encoding="utf-8")
+    exporter_port = free_port()
+    exporter = [
+        str(tool("prometheus-node-exporter")),
+        "--collector.disable-defaults",
+        "--collector.textfile",
+        f"--collector.textfile.directory={textfiles}",
+        "--web.disable-exporter-metrics",
+        f"--web.listen-address=127.0.0.1:{exporter_port}",
+    ]
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s"},
+                "scrape_configs": [
+                    {"job_name": "node", "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}
+                ],
+            }
+        )
+    )
+    with (
+        running(exporter, tmp_path / "node-exporter.log"),
+        prometheus(config, tmp_path / "data", tmp_path / "prometheus.log") as port,
+    ):
+        base = f"http://127.0.0.1:{port}/api/v1"
+        errors = wait_until(
+            "Prometheus to have scraped node_exporter's textfile collector",
+            lambda: _get(f"{base}/query?query=node_textfile_scrape_error")["data"]["result"],
+            context=lambda: (tmp_path / "node-exporter.log").read_text(errors="replace")[-3000:],
+        )
+        assert [item["value"][1] for item in errors] == ["0"]
+        selector = urllib.parse.quote('{job="node",__name__!~"node_.*|up|scrape_.*"}')
+        stored = _get(f"{base}/series?match[]={selector}")["data"]
+    found = [
+        {name: value for name, value in series.items() if name not in ("instance", "job")}
+        for series in stored
+    ]
+    assert sorted(found, key=lambda series: series["device"]) == sorted(
+        EXPECTED_SERIES, key=lambda series: series["device"]
+    )

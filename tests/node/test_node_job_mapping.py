@@ -163,6 +163,17 @@ def test_read_environment_and_jobs_of(tmp_path: Path) -> None:
     assert release(tmp_path, "77") == ["0", "1"]
 
 
+def test_jobs_of_reads_only_files_named_by_a_gpu_index(tmp_path: Path) -> None:
+    """The EFA collector's GPUs come from `nvidia-smi topo -m` and a cache under /run: a GPU named as a path
+    must not make it read (and label series with) a file outside the mapping folder."""
+    (tmp_path / "elsewhere").write_text("99\n")
+    mapping = tmp_path / "map"
+    mapping.mkdir()
+    (mapping / "0").write_text("5\n")
+    (mapping / "1").symlink_to(tmp_path / "elsewhere")
+    assert jobs_of(mapping, ("0", "1", "../elsewhere", str(tmp_path / "elsewhere"))) == ("5",)
+
+
 @pytest.mark.parametrize("command", ["prolog", "epilog"])
 def test_console_script_exits_0_even_when_it_cannot_write(tmp_path: Path, command: str) -> None:
     """The installed `gpuforge node prolog|epilog`, as slurmd runs it: environment in, exit 0 out."""
