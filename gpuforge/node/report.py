@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuforge.atomic import write_text_atomic
+from gpuforge.display import printable
 
 LATEST_REPORT = "latest.json"
 
@@ -73,13 +74,18 @@ class NodeReport:
         }
 
     def to_text(self) -> str:
-        """A person's view: one line per check, causes indented under problems."""
+        """A person's view: one line per check, causes indented under problems.
+
+        Evidence quotes the node (disk models from sysfs, mount sources from /proc/mounts, nvidia-smi's
+        names): it is shown through gpuforge.display.printable, so a control character in one cannot
+        repaint the terminal or forge a line of the journal ("PASS ...").
+        """
         width = max((len(check.id) for check in self.checks), default=0)
-        lines = [f"gpuforge node check on {self.instance_type}"]
+        lines = [f"gpuforge node check on {printable(self.instance_type)}"]
         for check in self.checks:
-            lines.append(f"  {check.status.upper():4}  {check.id:<{width}}  {check.evidence}")
+            lines.append(f"  {check.status.upper():4}  {check.id:<{width}}  {printable(check.evidence)}")
             if check.cause:
-                lines.append(f"        {'':<{width}}  cause: {check.cause}")
+                lines.append(f"        {'':<{width}}  cause: {printable(check.cause)}")
         verdict = "healthy" if self.healthy else f"NOT HEALTHY: {len(self.failures)} check(s) failed"
         lines.append(verdict)
         return "\n".join(lines)

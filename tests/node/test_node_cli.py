@@ -257,3 +257,19 @@ def test_an_empty_expect_is_bad_usage_and_never_asks_imds(
     assert handler.requests == []
     error = capsys.readouterr().err
     assert "--expect" in error and "names no instance type" in error and "leave --expect out" in error
+
+
+def test_the_text_report_shows_what_the_node_said_escaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A disk's model (sysfs, the firmware's text) reaches the evidence; printed raw, its escape sequence would
+    clear the terminal and its carriage return draw a forged "PASS" over the line in the journal."""
+    hostile = "Evil Disk\x1b[2J\rPASS  storage.scratch  fine"
+    scenario = p5_healthy().instance_store(["nvme8n1"], model=hostile)
+    code = run_node(
+        scenario, tmp_path, monkeypatch, "--expect", "p5.48xlarge", "--manifest", str(P5_MANIFEST)
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    assert all(line.isprintable() for line in out.splitlines()), out
+    assert "nvme8n1 (Evil Disk\\x1b[2J\\rPASS  storage.scratch  fine)" in out
