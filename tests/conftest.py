@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from moto.server import ThreadedMotoServer
+from waiting import WAIT_S
 
 
 def _free_port() -> int:
@@ -36,7 +37,7 @@ def moto_server() -> Iterator[str]:
         host, port = server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
         reset = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
-        with urllib.request.urlopen(reset, timeout=30) as response:
+        with urllib.request.urlopen(reset, timeout=WAIT_S) as response:
             assert response.status == 200
         yield endpoint
     finally:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from image_helpers import REPO
+from waiting import wait_until
 
 from gpuforge.errors import InputError
 from gpuforge.images.catalog import (
@@ -145,13 +146,16 @@ def test_concurrent_builds_finishing_at_once_all_land(tmp_path: Path, layout: st
         for worker in range(3)
     ]
     seen = [0]
-    while any(writer.poll() is None for writer in writers):
+
+    def read() -> list[int | None]:
         # A reader during the writes sees whole files only, and never loses an entry it saw.
         count = len(load_catalog(path).entries)
         assert count >= seen[-1]
         seen.append(count)
-    for writer in writers:
-        assert writer.wait(timeout=120) == 0
+        return [writer.poll() for writer in writers]
+
+    codes = wait_until("the writers to finish", read, lambda codes: None not in codes, poll_s=0)
+    assert codes == [0, 0, 0]
     assert len(seen) > 2  # the reader did read while the writers wrote
     catalog = load_catalog(path)
     assert len(catalog.entries) == 45
