@@ -12,6 +12,7 @@ tests/fixtures/node/efa-devices-p5.txt and the GPU layout tests/fixtures/node/to
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -24,12 +25,12 @@ from typing import Any
 import pytest
 import yaml
 from monitoring_tools import free_port, prometheus, running, tool
-from node_scenarios import fixture
+from node_scenarios import Scenario, fixture, install_commands
 from waiting import WAIT_S, wait_until
 
 from gpuforge.node.efa_metrics import KERNEL_PORT_COUNTERS, collect, layout_from_topology, load_layout
 from gpuforge.node.runner import CommandResult
-from gpuforge.node.topology import parse_topology
+from gpuforge.node.topology import TOPOLOGY, parse_topology
 
 REPO = Path(__file__).resolve().parents[2]
 GPUFORGE = Path(sys.executable).with_name("gpuforge")
@@ -350,3 +351,22 @@ def test_hostile_names_reach_prometheus_as_exactly_the_intended_series(tmp_path:
     assert sorted(found, key=lambda series: series["device"]) == sorted(
         EXPECTED_SERIES, key=lambda series: series["device"]
     )
+
+
+def test_the_collectors_log_shows_a_hostile_device_name_escaped(tmp_path: Path) -> None:
+    """`gpuforge node efa-metrics` as the timer runs it, with nvidia-smi (the captured p4d matrix) on PATH: the
+    hostile device is named in the journal, escaped, so its line feed cannot start a forged line."""
+    root = tmp_path / "root"
+    infiniband = fake_sysfs(root, [P4D_DEVICES[0], HOSTILE_DEVICE], ("tx_bytes",))
+    bin_dir = install_commands(Scenario().set(TOPOLOGY, fixture("topo/p4d-a100.txt")), tmp_path / "bin")
+    done = subprocess.run(
+        [
+            str(GPUFORGE), "node", "efa-metrics", "--out", str(tmp_path / "textfile" / "gpuforge-efa.prom"),
+            "--layout-cache", str(tmp_path / "layout.json"), "--mapping-dir", str(tmp_path / "map"),
+            "--infiniband", str(infiniband),
+        ],
+        capture_output=True, text=True, timeout=60, check=False, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "names no GPU for" in done.stderr and repr(HOSTILE_DEVICE)[1:-1] in done.stderr
+    assert all(line.startswith("gpuforge: ") and line.isprintable() for line in done.stderr.splitlines())
