@@ -273,22 +273,44 @@ def parse_yaml(
 
     `timestamps_as_text` keeps `2025-07-01T11:30:00Z` a string, as the Pulumi CLI hands it to a program.
     """
+    return _parse(text, source, fix, timestamps_as_text, max_depth, stream=False)
+
+
+def parse_yaml_documents(
+    text: str, *, source: str, fix: str, timestamps_as_text: bool = False, max_depth: int = MAX_DEPTH
+) -> list[Any]:
+    """Every document of a YAML stream (documents between `---` lines), with the checks above; an empty
+    document is None, so that each keeps its place. An error names the document: `source#2` is the third."""
+    documents: list[Any] = _parse(text, source, fix, timestamps_as_text, max_depth, stream=True)
+    return documents
+
+
+def _parse(
+    text: str, source: str, fix: str, timestamps_as_text: bool, max_depth: int, *, stream: bool
+) -> Any:
     import yaml
 
+    documents: list[Any] = []
     try:
         # The constructor already reads the text, and refuses control characters YAML forbids.
         loader = _loader(timestamps_as_text, max_depth)(text)
         loader.name = source  # error marks name the file, not "<unicode string>"
         try:
-            return loader.get_single_data()
+            if not stream:
+                return loader.get_single_data()
+            while loader.check_data():  # type: ignore[no-untyped-call]
+                documents.append(loader.get_data())
+            return documents
         finally:
             loader.dispose()
     except yaml.YAMLError as error:
         if isinstance(error, yaml.reader.ReaderError):  # raised before `name` was set above
             error.name = source
-        raise _fail(source, f"not valid YAML: {_one_line(error)}", fix) from None
+        where = f"{source}#{len(documents)}" if stream else source
+        raise _fail(where, f"not valid YAML: {_one_line(error)}", fix) from None
     except (ValueError, OverflowError) as error:  # a date-like value that is no date: 2025-02-30
-        raise _fail(source, f"not valid YAML: {error}", fix) from None
+        where = f"{source}#{len(documents)}" if stream else source
+        raise _fail(where, f"not valid YAML: {error}", fix) from None
 
 
 def load_yaml(
@@ -303,6 +325,23 @@ def load_yaml(
     """Read and parse a YAML file; InputError (exit 2) for every way it can be bad."""
     text = read_text(path, what=what, max_bytes=max_bytes, fix=fix)
     return parse_yaml(
+        text, source=str(path), fix=fix, timestamps_as_text=timestamps_as_text, max_depth=max_depth
+    )
+
+
+def load_yaml_documents(
+    path: Path,
+    *,
+    what: str,
+    fix: str,
+    max_bytes: int = MAX_CONFIG_BYTES,
+    timestamps_as_text: bool = False,
+    max_depth: int = MAX_DEPTH,
+) -> list[Any]:
+    """Read and parse every document of a YAML file (parse_yaml_documents); InputError (exit 2) for every way it
+    can be bad. The size cap holds for the whole file, so it bounds the documents together."""
+    text = read_text(path, what=what, max_bytes=max_bytes, fix=fix)
+    return parse_yaml_documents(
         text, source=str(path), fix=fix, timestamps_as_text=timestamps_as_text, max_depth=max_depth
     )
 

@@ -23,7 +23,12 @@ from gpuforge.policies.rules_eks import (
     EKS_SECRETS_ENCRYPTED,
 )
 from gpuforge.policies.rules_iam import IAM_NO_WILDCARD
-from gpuforge.policies.rules_kubernetes import KUBERNETES_GPU_POD, KUBERNETES_GPU_SHM, KUBERNETES_IMAGE_DIGEST
+from gpuforge.policies.rules_kubernetes import (
+    KUBERNETES_GPU_POD,
+    KUBERNETES_GPU_SHM,
+    KUBERNETES_IMAGE_DIGEST,
+    KUBERNETES_WORKLOAD_CHECKED,
+)
 from gpuforge.policies.rules_node_access import IMDS_HOP_LIMIT, NO_SSH_KEY
 from gpuforge.policies.rules_nodes import (
     EBS_ENCRYPTED,
@@ -78,4 +83,5 @@ POLICIES: Final[list[Policy]] = [
     KUBERNETES_IMAGE_DIGEST,
     KUBERNETES_GPU_POD,
     KUBERNETES_GPU_SHM,
+    KUBERNETES_WORKLOAD_CHECKED,
 ]

@@ -1,4 +1,5 @@
-"""Kubernetes rules: what runs on a gpuforge EKS cluster is pinned, and a GPU pod is shaped to land and run.
+"""Kubernetes rules: what runs on a gpuforge EKS cluster is pinned, a GPU pod is shaped to land and run, and no
+workload passes unread.
 
 One definition per rule, used twice:
 - under `pulumi preview --policy-pack policies/`, on pulumi-kubernetes resources. Their type token is
@@ -10,17 +11,24 @@ One definition per rule, used twice:
   resources" (https://www.pulumi.com/registry/packages/kubernetes/api-docs/yaml/v2/configgroup/): each object
   is a resource of its own type and is checked there, the group itself is not. (pulumi-kubernetes is not
   installed here, so this path has not been run under a live engine.) A `helm.sh/v3:Release` renders its
-  images on the server and is not checked: Kueue's chart values are checked where they are made;
-- offline, on manifests (`gpuforge kubernetes check FILE...`, `gpuforge.kubernetes.check`).
+  images on the server and is not checked: Kueue's chart values are checked where they are made
+  (`kubernetes_objects.PULUMI_COMPONENTS`);
+- offline, on manifests (`gpuforge policy kubernetes FILE...`, `gpuforge.kubernetes.check`).
 
-The checks read objects through `props.at`, which serves plain dicts and the engine's proxies alike; a value
-unknown during preview stops the rule with the engine's advisory "can't run during preview".
+Every rule reads objects through `gpuforge.policies.kubernetes_objects`: a List's items, an AppWrapper's
+components and the pod specs of every workload kind it knows, at the paths their APIs give.
+
+kubernetes-workload-checked is mandatory, and not a printed note, because a check is only worth its exit code:
+CI reads 0 as "checked", so an object whose pods the rules cannot find (a TrainJob, an unknown kind with a pod
+template, an image or a GPU request) or that the API server would refuse must fail it. Accepting such a kind is
+then a decision someone writes down by name (`gpuforge policy kubernetes --allow-unchecked KIND`, or the pack's
+config under `pulumi preview`), never a default.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
@@ -29,88 +37,34 @@ from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationA
 
 from gpuforge.kubernetes.addons import pins
 from gpuforge.policies.engine_adapter import MISSING, UNKNOWN, elements, unknown_during_preview
+from gpuforge.policies.kubernetes_objects import (
+    GPU_RESOURCE,
+    KUEUE_QUEUE_LABEL,
+    ObjectType,
+    PodSpec,
+    containers,
+    image_fields,
+    is_list,
+    join,
+    pod_specs,
+    type_of_token,
+    unchecked_workloads,
+    unreadable,
+)
 from gpuforge.policies.props import at
 
-GPU_RESOURCE: Final = "nvidia.com/gpu"
-# Kueue adds its ResourceFlavor's tolerations (gpuforge's flavor carries the GPU taint's) to the pods of a
-# workload it admits: https://kueue.sigs.k8s.io/docs/concepts/resource_flavor/ (ResourceFlavor tolerations).
-KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 SHM_PATH: Final = "/dev/shm"
 _DIGEST_REFERENCE = re.compile(r"[^@\s]+@sha256:[0-9a-f]{64}")
-_CONTAINER_LISTS: Final = ("containers", "initContainers", "ephemeralContainers")
-
-# Where each pod-template-bearing kind keeps its pod spec; "*" is every element of a list, "{}" every value of
-# an object.
-POD_SPEC_PATHS: Final[dict[str, tuple[str, ...]]] = {
-    "Pod": ("spec",),
-    "PodTemplate": ("template", "spec"),
-    "Deployment": ("spec", "template", "spec"),
-    "DaemonSet": ("spec", "template", "spec"),
-    "StatefulSet": ("spec", "template", "spec"),
-    "ReplicaSet": ("spec", "template", "spec"),
-    "ReplicationController": ("spec", "template", "spec"),
-    "Job": ("spec", "template", "spec"),
-    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
-    "JobSet": ("spec", "replicatedJobs", "*", "template", "spec", "template", "spec"),
-    # Kubeflow's training operators key their replica specs by role (Launcher, Worker, Master).
-    "MPIJob": ("spec", "mpiReplicaSpecs", "{}", "template", "spec"),
-    "PyTorchJob": ("spec", "pytorchReplicaSpecs", "{}", "template", "spec"),
-}
-
-
-@dataclass(frozen=True)
-class PodSpec:
-    """One pod spec of an object, with the dotted path it sits at (for messages)."""
-
-    path: str
-    spec: Any
 
 
 def _items(value: Any, path: str) -> list[Any]:
-    """A list field's elements; [] when unset; stops the rule when the list is unknown during preview."""
+    """A list field's elements; [] when unset or not a list (`unreadable` reports that); stops the rule when
+    the list is unknown during preview."""
     if value is UNKNOWN:
         unknown_during_preview(path.split("."))
-    if value is MISSING or value is None:
+    if not is_list(value):
         return []
     return elements(value)
-
-
-def _keys(value: Any, path: str) -> list[str]:
-    """An object field's keys; [] when unset; stops the rule when the object is unknown during preview."""
-    if value is UNKNOWN:
-        unknown_during_preview(path.split("."))
-    if not isinstance(value, Mapping):
-        return []
-    return sorted(str(key) for key in value)
-
-
-def pod_specs(kind: str, obj: Any) -> Iterator[PodSpec]:
-    """Every pod spec of `obj` (a `kind` that bears none yields nothing)."""
-    steps = POD_SPEC_PATHS.get(kind)
-    if steps is None:
-        return
-    found: list[tuple[str, Any]] = [("", obj)]
-    for step in steps:
-        following: list[tuple[str, Any]] = []
-        for path, value in found:
-            if step == "*":
-                following += [(f"{path}[{index}]", item) for index, item in enumerate(_items(value, path))]
-            elif step == "{}":
-                following += [(f"{path}.{key}", at(value, key)) for key in _keys(value, path)]
-            else:
-                inner = at(value, step)
-                if inner is UNKNOWN:
-                    unknown_during_preview([*path.split("."), step])
-                if inner is not MISSING and inner is not None:
-                    following.append((f"{path}.{step}" if path else step, inner))
-        found = following
-    yield from (PodSpec(path, spec) for path, spec in found)
-
-
-def _containers(pod: PodSpec, lists: tuple[str, ...] = _CONTAINER_LISTS) -> Iterator[tuple[str, Any]]:
-    for field in lists:
-        for index, container in enumerate(_items(at(pod.spec, field), f"{pod.path}.{field}")):
-            yield f"{pod.path}.{field}[{index}]", container
 
 
 def _text(value: Any, path: str) -> str | None:
@@ -134,18 +88,24 @@ def _image_fix(image: str) -> str:
     )
 
 
-def unpinned_images(kind: str, obj: Any) -> list[str]:
-    """Each container image (init and ephemeral ones too) named by tag and not by `@sha256:<64 hex>`."""
+def unpinned_images(kind: ObjectType, obj: Any) -> list[str]:
+    """Each container image (init and ephemeral ones too, and sidecar images a workload names) named by tag and
+    not by `@sha256:<64 hex>`."""
+    named = [
+        (f"{path}.image", at(container, "image"))
+        for pod in pod_specs(kind, obj)
+        for path, container in containers(pod)
+    ]
+    named += list(image_fields(kind, obj))
     found = []
-    for pod in pod_specs(kind, obj):
-        for path, container in _containers(pod):
-            image = _text(at(container, "image"), f"{path}.image")
-            if image is None or _DIGEST_REFERENCE.fullmatch(image):
-                continue
-            found.append(
-                f"{path}.image is {image!r}, a tag: the registry can point it at other content between "
-                f"one pull and the next, so nodes run different code under one name. {_image_fix(image)}"
-            )
+    for path, value in named:
+        image = _text(value, path)
+        if not isinstance(value, str) or image is None or _DIGEST_REFERENCE.fullmatch(image):
+            continue  # unset, or not text (kubernetes-workload-checked reports that)
+        found.append(
+            f"{path} is {image!r}, a tag: the registry can point it at other content between "
+            f"one pull and the next, so nodes run different code under one name. {_image_fix(image)}"
+        )
     return found
 
 
@@ -170,7 +130,7 @@ def _gpu_containers(pod: PodSpec) -> list[tuple[str, Any]]:
     """The containers that ask for GPUs, in requests or limits (ephemeral containers take no resources)."""
     return [
         (path, container)
-        for path, container in _containers(pod, ("containers", "initContainers"))
+        for path, container in containers(pod, ("containers", "initContainers"))
         if _requests_gpus(_gpu_quantity(container, path, "requests"))
         or _requests_gpus(_gpu_quantity(container, path, "limits"))
     ]
@@ -190,11 +150,7 @@ def _tolerates_gpu_taint(toleration: Any, path: str) -> bool:
     return key == taint.key and _text(at(toleration, "value"), f"{path}.value") == taint.value
 
 
-def _queued_by_kueue(obj: Any) -> bool:
-    return _text(at(obj, "metadata", "labels", KUEUE_QUEUE_LABEL), "metadata.labels") is not None
-
-
-def gpu_pod_shape(kind: str, obj: Any) -> list[str]:
+def gpu_pod_shape(kind: ObjectType, obj: Any) -> list[str]:
     """A GPU pod tolerates the GPU taint, and each GPU container's requests equal its limits."""
     taint = pins().gpu_taint
     found = []
@@ -207,12 +163,13 @@ def gpu_pod_shape(kind: str, obj: Any) -> list[str]:
             _tolerates_gpu_taint(item, f"{pod.path}.tolerations[{index}]")
             for index, item in enumerate(tolerations)
         )
-        if not tolerated and not _queued_by_kueue(obj):
+        if not tolerated and not pod.queued:
             found.append(
                 f"{pod.path} requests {GPU_RESOURCE} but does not tolerate the taint {taint.key}:{taint.effect} "
                 "every gpuforge GPU node carries, so it never schedules (it stays Pending). Fix: add to "
                 f"{pod.path}.tolerations {{key: {taint.key}, operator: Exists, effect: {taint.effect}}}, or submit "
-                f"it through Kueue (label metadata.labels.{KUEUE_QUEUE_LABEL}), whose GPU flavor adds it."
+                f"it through Kueue (label {join(pod.queue_path, 'metadata.labels')}.{KUEUE_QUEUE_LABEL}), whose GPU flavor "
+                "adds it."
             )
         for path, container in gpu:
             requests = _gpu_quantity(container, path, "requests")
@@ -242,7 +199,7 @@ def _memory_volumes(pod: PodSpec) -> set[str]:
     return names
 
 
-def gpu_shared_memory(kind: str, obj: Any) -> list[str]:
+def gpu_shared_memory(kind: ObjectType, obj: Any) -> list[str]:
     """Each GPU container mounts a memory-backed emptyDir at /dev/shm.
 
     NCCL's shared-memory transport and its host buffers live in /dev/shm (NCCL troubleshooting, "Shared memory":
@@ -270,7 +227,7 @@ def gpu_shared_memory(kind: str, obj: Any) -> list[str]:
     return found
 
 
-Check = Callable[[str, Any], list[str]]
+Check = Callable[[ObjectType, Any], list[str]]
 
 
 @dataclass(frozen=True)
@@ -289,20 +246,12 @@ class KubernetesRule:
         return self.policy.enforcement_level == EnforcementLevel.MANDATORY
 
 
-def kind_of(resource_type: str) -> str | None:
-    """The Kind of a pulumi-kubernetes type token (`kubernetes:apps/v1:DaemonSet` -> DaemonSet)."""
-    provider, _, rest = resource_type.partition(":")
-    if provider != "kubernetes" or ":" not in rest:
-        return None
-    return rest.rsplit(":", 1)[1]
-
-
 def _policy(name: str, description: str, check: Check, level: EnforcementLevel) -> KubernetesRule:
     def validate(args: ResourceValidationArgs, report: ReportViolation) -> None:
-        kind = kind_of(args.resource_type)
-        if kind is None:
+        object_type = type_of_token(args.resource_type)
+        if object_type is None:
             return
-        for message in check(kind, args.props):
+        for message in check(object_type, args.props):
             report(message, None)
 
     return KubernetesRule(
@@ -331,7 +280,23 @@ SHM_RULE = _policy(
     gpu_shared_memory,
     EnforcementLevel.ADVISORY,
 )
-RULES: Final = (IMAGE_RULE, GPU_POD_RULE, SHM_RULE)
+
+
+def unchecked(kind: ObjectType, obj: Any) -> list[str]:
+    """What no other rule could read: objects the API server would refuse, and workloads whose pods the rules
+    cannot find (`kubernetes_objects.unreadable`, `.unchecked_workloads`)."""
+    return unreadable(kind, obj) + [item.message for item in unchecked_workloads(kind, obj)]
+
+
+WORKLOAD_RULE = _policy(
+    "kubernetes-workload-checked",
+    "Every Kubernetes object that makes pods is one whose pods the rules read (a List's items, an AppWrapper's "
+    "components and every pod template of a known workload kind); a workload they cannot judge fails.",
+    unchecked,
+    EnforcementLevel.MANDATORY,
+)
+RULES: Final = (IMAGE_RULE, GPU_POD_RULE, SHM_RULE, WORKLOAD_RULE)
 KUBERNETES_IMAGE_DIGEST = IMAGE_RULE.policy
 KUBERNETES_GPU_POD = GPU_POD_RULE.policy
 KUBERNETES_GPU_SHM = SHM_RULE.policy
+KUBERNETES_WORKLOAD_CHECKED = WORKLOAD_RULE.policy

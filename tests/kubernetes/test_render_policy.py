@@ -19,8 +19,11 @@ from gpuforge.cli import main
 from gpuforge.errors import InputError
 from gpuforge.kubernetes import addons, manifests
 from gpuforge.policies import rules_kubernetes
+from gpuforge.policies.kubernetes_objects import ObjectType
 
 STACKS = Path(__file__).resolve().parents[2] / "stacks" / "training"
+
+POD = ObjectType("", "Pod")
 
 
 def _shipped() -> dict[str, Any]:
@@ -96,9 +99,9 @@ def test_the_gpu_taint_value_is_read_from_the_pins(tmp_path: Path, monkeypatch: 
             ],
         },
     }
-    assert rules_kubernetes.gpu_pod_shape("Pod", pod)  # "true" is no longer the taint's value
+    assert rules_kubernetes.gpu_pod_shape(POD, pod)  # "true" is no longer the taint's value
     pod["spec"]["tolerations"][0]["value"] = "present"
-    assert rules_kubernetes.gpu_pod_shape("Pod", pod) == []
+    assert rules_kubernetes.gpu_pod_shape(POD, pod) == []
 
 
 def test_the_shipped_taint_carries_its_value() -> None:

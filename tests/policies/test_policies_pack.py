@@ -59,6 +59,7 @@ MANDATORY = {
     "eks-addon-pinned",
     "kubernetes-image-digest",
     "kubernetes-gpu-pod",
+    "kubernetes-workload-checked",
 }
 ADVISORY = {
     "p-family-capacity",
