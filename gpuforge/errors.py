@@ -52,25 +52,6 @@ class GpuforgeError(Exception):
         return self.message
 
 
-def no_aws_credentials(command: str) -> GpuforgeError:
-    """The one error for "boto3 found no credentials", exit 2 from every command that calls AWS:
-    the environment is to be fixed, as with bad input, not a failed check (exit 1)."""
-    return GpuforgeError(
-        f"no AWS credentials found. {command} calls AWS with boto3's standard credential chain: "
-        "AWS_PROFILE (a profile in ~/.aws/config or ~/.aws/credentials, SSO included), "
-        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or a container or instance role. "
-        "Fix: sign in (e.g. `aws sso login --profile NAME` and `export AWS_PROFILE=NAME`) or export access keys, "
-        f"then run {command} again."
-    )
-
-
-def unknown_aws_profile(error: Exception) -> GpuforgeError:
-    """The one error for an AWS_PROFILE boto3 cannot find (botocore's ProfileNotFound), exit 2 everywhere."""
-    return GpuforgeError(
-        f"{error}. Fix: set AWS_PROFILE to a profile in ~/.aws/config, or unset it to use the default chain."
-    )
-
-
 class InputError(GpuforgeError):
     """A file or value the user gave is unreadable or invalid (exit 2)."""
 

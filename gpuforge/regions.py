@@ -17,10 +17,13 @@ from gpuforge.errors import InputError
 
 @functools.cache
 def aws_regions() -> frozenset[str]:
-    """Every region, in every AWS partition (aws, aws-cn, aws-us-gov, ...), where botocore lists EC2."""
-    import botocore.session
+    """Every region, in every AWS partition (aws, aws-cn, aws-us-gov, ...), where botocore lists EC2.
 
-    session = botocore.session.get_session()
+    Read from botocore's data alone (`offline_session`): AWS_PROFILE naming no profile must not stop a check
+    of a region name, which calls no AWS."""
+    from gpuforge.aws_session import offline_session
+
+    session = offline_session()
     return frozenset(
         region
         for partition in session.get_available_partitions()

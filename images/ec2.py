@@ -13,18 +13,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-import boto3
-import botocore.session
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ProfileNotFound
+from botocore.exceptions import BotoCoreError, ClientError
 
-from gpuforge.errors import GpuforgeError, no_aws_credentials, unknown_aws_profile
+from gpuforge.aws_session import client, open_session, setup_error
+from gpuforge.errors import GpuforgeError
 from gpuforge.images.tags import MATRIX_DIGEST_TAG, TagMismatch, compare_tags
 
 if TYPE_CHECKING:
+    import boto3
     from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_sts import STSClient
 
+COMMAND = "gpuforge image"
 # How often a copy's state is asked for while waiting (DescribeImages is cheap, copies take minutes).
 POLL_INTERVAL_S = 15.0
 
@@ -76,35 +77,24 @@ class Aws:
         return replace(self, region=region)
 
     def client(self) -> EC2Client:
-        session = self._session()
-        try:
-            return session.client("ec2", endpoint_url=self.endpoint_url, config=_CONFIG)
-        except BotoCoreError as error:
-            raise _aws_failure("client setup", self, error) from None
+        ec2: EC2Client = client(
+            self._session(), "ec2", command=COMMAND, endpoint_url=self.endpoint_url, config=_CONFIG
+        )
+        return ec2
 
     def account(self) -> str:
         """The account the credentials belong to (STS GetCallerIdentity)."""
         try:
-            sts: STSClient = self._session().client("sts", endpoint_url=self.endpoint_url, config=_CONFIG)
+            sts: STSClient = client(
+                self._session(), "sts", command=COMMAND, endpoint_url=self.endpoint_url, config=_CONFIG
+            )
             return sts.get_caller_identity()["Account"]
         except (ClientError, BotoCoreError) as error:
             raise _aws_failure("STS GetCallerIdentity", self, error) from None
 
     def _session(self) -> boto3.session.Session:
-        try:
-            if self.credentials:
-                # The emulator's dummy credentials; AWS_PROFILE must not pull a real profile in.
-                isolated = botocore.session.Session(session_vars={"profile": (None, None, None, None)})
-                session = boto3.session.Session(
-                    botocore_session=isolated,
-                    aws_access_key_id=self.credentials[0],
-                    aws_secret_access_key=self.credentials[1],
-                    region_name=self.region,
-                )
-                return session
-            return boto3.session.Session(region_name=self.region)
-        except BotoCoreError as error:
-            raise _aws_failure("client setup", self, error) from None
+        # For the emulator, its dummy credentials; AWS_PROFILE must not pull a real profile in.
+        return open_session(self.region, command=COMMAND, static_keys=self.credentials)
 
     def packer_env(self, base: Mapping[str, str]) -> dict[str, str]:
         """The environment packer runs with: the caller's, with the region (and emulator credentials)."""
@@ -153,12 +143,11 @@ class Image:
 
 
 def _aws_failure(call: str, aws: Aws, error: Exception) -> GpuforgeError:
-    """A failed AWS call (exit 1); no credentials or an unknown profile is the environment to fix (exit 2),
-    as in preflight."""
-    if isinstance(error, NoCredentialsError):
-        return no_aws_credentials("gpuforge image")
-    if isinstance(error, ProfileNotFound):
-        return unknown_aws_profile(error)
+    """A failed AWS call (exit 1); an AWS configuration botocore cannot use (no credentials, an unknown
+    profile, an expired sign-in) is the environment to fix (exit 2), as everywhere (gpuforge.aws_session)."""
+    setup = setup_error(error, COMMAND)
+    if setup is not None:
+        return setup
     where = f" at {aws.endpoint_url}" if aws.endpoint_url else ""
     if isinstance(error, ClientError):
         detail = error.response.get("Error", {})

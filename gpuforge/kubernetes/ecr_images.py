@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from gpuforge.errors import GpuforgeError, InputError, no_aws_credentials
+from gpuforge.aws_session import setup_error
+from gpuforge.errors import GpuforgeError, InputError
 
 if TYPE_CHECKING:
     from gpuforge.kubernetes.addons import Image
@@ -76,7 +77,7 @@ def resolve_digest(ecr: Any, repository: str, tag: str) -> str:
     `ecr` is a boto3 ECR client in the registry's region. A missing repository or tag is a bad pin
     (exit 2, the fix named); any other AWS failure is worth running again (exit 1).
     """
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+    from botocore.exceptions import BotoCoreError, ClientError
 
     host, path = repository.split("/", 1)
     match = _ECR_HOST.fullmatch(host)
@@ -101,9 +102,10 @@ def resolve_digest(ecr: Any, repository: str, tag: str) -> str:
             "Fix: check the credentials can call ecr:DescribeImages, then run again.",
             exit_code=1,
         ) from None
-    except NoCredentialsError:
-        raise no_aws_credentials("gpuforge scheduler apply") from None
     except BotoCoreError as error:
+        setup = setup_error(error, "gpuforge scheduler apply")
+        if setup is not None:
+            raise setup from None
         raise GpuforgeError(
             f"{repository}:{tag}: ECR could not be reached ({error}); nothing was applied. Fix: run again "
             "from a host that reaches ECR in that region.",

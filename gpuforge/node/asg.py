@@ -11,10 +11,13 @@ The node's role needs autoscaling:SetInstanceHealth.
 
 from __future__ import annotations
 
+from gpuforge.aws_session import client as aws_client
+from gpuforge.aws_session import open_session
 from gpuforge.errors import GpuforgeError
 from gpuforge.node.imds import Identity
 
 UNHEALTHY = "Unhealthy"
+COMMAND = "gpuforge node check --report-asg"
 # Bounded: under --slurm the whole run must end before slurmd kills it at 60 s
 # (gpuforge.node.slurm's budget): at most 2 attempts of 2 s connect + 4 s read.
 CONNECT_TIMEOUT_S = 2
@@ -31,7 +34,6 @@ class AsgReportError(GpuforgeError):
 def report_unhealthy(identity: Identity) -> None:
     """Mark this instance Unhealthy in its Auto Scaling group, now, ignoring the grace period."""
     try:
-        import boto3
         from botocore.config import Config
         from botocore.exceptions import BotoCoreError, ClientError
     except ImportError as error:
@@ -44,7 +46,13 @@ def report_unhealthy(identity: Identity) -> None:
         read_timeout=READ_TIMEOUT_S,
         retries={"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"},
     )
-    client = boto3.client("autoscaling", region_name=identity.region, config=config)
+    try:
+        # The node's own AWS configuration (its role, or a profile someone set) read the one way; a mistake
+        # there leaves the node failed and unreported, so it is this report's failure (exit 1), with the fix.
+        session = open_session(identity.region, command=COMMAND)
+        client = aws_client(session, "autoscaling", command=COMMAND, config=config)
+    except GpuforgeError as error:
+        raise AsgReportError(f"could not mark {identity.instance_id} Unhealthy: {error}") from None
     try:
         client.set_instance_health(
             InstanceId=identity.instance_id, HealthStatus=UNHEALTHY, ShouldRespectGracePeriod=False

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuforge.errors import no_aws_credentials, unknown_aws_profile
+from gpuforge.aws_session import client, open_session
 from gpuforge.preflight.report import Check, fail
 
 if TYPE_CHECKING:
@@ -63,24 +63,19 @@ class AwsClients:
 
     @classmethod
     def create(cls, region: str) -> AwsClients:
-        """Clients for `region` from the standard credential chain; exit 2 without credentials."""
-        import boto3
+        """Clients for `region` from the standard credential chain (gpuforge.aws_session: exit 2 without
+        credentials or with an AWS configuration botocore cannot use)."""
         from botocore.config import Config
-        from botocore.exceptions import ProfileNotFound
 
-        try:
-            session = boto3.session.Session(region_name=region)
-        except ProfileNotFound as error:
-            raise unknown_aws_profile(error) from None
-        if session.get_credentials() is None:
-            raise no_aws_credentials("gpuforge preflight")
+        command = "gpuforge preflight"
+        session = open_session(region, command=command)
         config = Config(retries={"mode": "standard"})
-        ec2 = session.client("ec2", config=config)
+        ec2 = client(session, "ec2", command=command, config=config)
         return cls(
             ec2=ec2,
             capacity=ec2,
-            quotas=session.client("service-quotas", config=config),
-            s3=session.client("s3", config=config),
+            quotas=client(session, "service-quotas", command=command, config=config),
+            s3=client(session, "s3", command=command, config=config),
         )
 
 

@@ -13,8 +13,9 @@ from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
 from gpuforge import hardware
+from gpuforge.aws_session import setup_error
 from gpuforge.components.specs import AmiPin
-from gpuforge.errors import GpuforgeError, no_aws_credentials
+from gpuforge.errors import GpuforgeError
 from gpuforge.images.catalog import DEFAULT_CATALOG, read_catalog
 from gpuforge.preflight import ami, capacity, offering, quota, storage
 from gpuforge.preflight.aws import AwsClients, failed_call
@@ -33,13 +34,11 @@ def resolve_image(config: StackConfig, catalog: Path | None) -> AmiPin | str:
 
 
 def _guarded(check_id: str, step: Callable[[], Check]) -> Check:
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+    from botocore.exceptions import BotoCoreError, ClientError
     from botocore.parsers import ResponseParserError
 
     try:
         return step()
-    except NoCredentialsError:
-        raise no_aws_credentials("gpuforge preflight") from None
     except ClientError as error:
         return failed_call(check_id, error)
     except ResponseParserError:
@@ -49,6 +48,9 @@ def _guarded(check_id: str, step: Callable[[], Check]) -> Check:
             "check AWS_ENDPOINT_URL and any proxy settings, then run preflight again.",
         )
     except BotoCoreError as error:
+        setup = setup_error(error, "gpuforge preflight")  # credentials that expired or vanished mid-run
+        if setup is not None:
+            raise setup from None
         return fail(
             check_id,
             f"the AWS call did not complete: {error}.",

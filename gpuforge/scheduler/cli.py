@@ -212,8 +212,9 @@ def _apply(args: argparse.Namespace) -> int:
             "`scheduler apply` applies a Kubernetes stack's objects. Fix: pass a `type: kubernetes` stack (a Slurm "
             "stack's controller takes its files from `pulumi up`)."
         )
-    import boto3
+    from gpuforge.aws_session import client, open_session
 
+    command = "gpuforge scheduler apply"
     apply_stack(
         config,
         stack_dir=str(args.stack_dir),
@@ -222,7 +223,7 @@ def _apply(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         prune=args.prune,
         report=print,
-        ecr=boto3.client("ecr", region_name=config.region),
+        ecr=client(open_session(config.region, command=command), "ecr", command=command),
     )
     return 0
 
@@ -235,12 +236,13 @@ def _report(written: list[Path], removed: list[Path]) -> None:
 
 
 def _sync(args: argparse.Namespace) -> int:
-    import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from gpuforge.aws_session import client, open_session
     from gpuforge.scheduler.sync import SyncError, run_scontrol, sync_topology
 
-    ec2 = boto3.client("ec2", region_name=args.region)
+    command = "gpuforge scheduler sync-topology"
+    ec2 = client(open_session(args.region, command=command), "ec2", command=command)
     try:
         result = sync_topology(
             ec2,

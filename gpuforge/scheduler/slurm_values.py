@@ -251,9 +251,9 @@ _INSTANCE_TYPE_SHAPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9]+")
 @cache
 def aws_instance_types() -> frozenset[str]:
     """Every instance type AWS lists: the InstanceType enum of botocore's EC2 model (1,400+ names)."""
-    import botocore.session
+    from gpuforge.aws_session import offline_session
 
-    model = botocore.session.get_session().get_service_model("ec2")
+    model = offline_session().get_service_model("ec2")
     shape = model.shape_for("InstanceType")
     # StringShape carries `enum`; botocore-stubs types shape_for as the base Shape.
     names: list[str] = getattr(shape, "enum", [])

@@ -128,9 +128,9 @@ def unplaced_switch(cluster: str) -> str:
 @cache
 def _output_shape(operation: str) -> Any:
     """botocore's model of `operation`'s response (the shape its Stubber checks canned responses against)."""
-    import botocore.session
+    from gpuforge.aws_session import offline_session
 
-    return botocore.session.get_session().get_service_model("ec2").operation_model(operation).output_shape
+    return offline_session().get_service_model("ec2").operation_model(operation).output_shape
 
 
 def _printable(text: str) -> str:

@@ -138,19 +138,16 @@ def price(instance_type: str, region: str, *, client: Any | None) -> tuple[Price
 
 
 def pricing_client() -> Any | None:
-    """A Price List client from the standard credential chain, or None when there are no credentials."""
-    import boto3
+    """A Price List client from the standard credential chain, or None when there are no credentials; an AWS
+    configuration botocore cannot use is exit 2 (gpuforge.aws_session), not a silent fall back to the table."""
     from botocore.config import Config
-    from botocore.exceptions import ProfileNotFound
 
-    from gpuforge.errors import unknown_aws_profile
+    from gpuforge.aws_session import client, open_session
 
-    try:
-        session = boto3.session.Session(region_name=PRICING_REGION)
-    except ProfileNotFound as error:
-        raise unknown_aws_profile(error) from None
+    command = "gpuforge usage"
+    session = open_session(PRICING_REGION, command=command, credentials_required=False)
     if session.get_credentials() is None:
         return None
     # Short timeouts: without an answer the report falls back to the table rather than wait minutes.
     config = Config(connect_timeout=5, read_timeout=15, retries={"mode": "standard", "max_attempts": 3})
-    return session.client("pricing", region_name=PRICING_REGION, config=config)
+    return client(session, "pricing", command=command, region_name=PRICING_REGION, config=config)
