@@ -37,8 +37,10 @@ from gpuforge.pulumi_mocks import ANSWERED_CALLS
 
 GET_AMI = "aws:ec2/getAmi:getAmi"
 GET_AVAILABILITY_ZONES = "aws:index/getAvailabilityZones:getAvailabilityZones"
+# pulumi-kubernetes' YAML decoder (kubernetes_components.decode_answer): an answer here would hide a manifest's objects.
+YAML_DECODE = "kubernetes:yaml:decode"
 # Every function `mocks.PolicyCheckMocks` answers itself, from the call's arguments, the region or the catalog.
-MOCKS_ANSWER = frozenset({GET_AMI, GET_AVAILABILITY_ZONES, *ANSWERED_CALLS})
+MOCKS_ANSWER = frozenset({GET_AMI, GET_AVAILABILITY_ZONES, YAML_DECODE, *ANSWERED_CALLS})
 INVOKES_KEY = "invokes"
 # A function token is package:module:function, e.g. aws:ec2/getVpc:getVpc.
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9_-]*:[A-Za-z0-9_/.-]*:[A-Za-z0-9_]+")

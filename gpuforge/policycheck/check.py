@@ -30,6 +30,7 @@ from gpuforge.policies.rules_ami import AMI_PINNED
 from gpuforge.policies.runner import Verdict, run_policies
 from gpuforge.policycheck.answers import MockAnswers, load_answers
 from gpuforge.policycheck.channel import CatalogedAmiWire, ChildFailed, ChildRecord, ChildRequest, run_child
+from gpuforge.policycheck.kubernetes_components import NotChecked, expand
 from gpuforge.policycheck.mocks import AmiLookup, CataloguedAmi, catalogued_amis
 from gpuforge.policycheck.project import ProgramProject, load_project
 from gpuforge.pulumi_mocks import GpuforgeMocks, RecordedResource
@@ -45,6 +46,8 @@ class PolicyCheck:
     run: ProgramRun
     lookups: tuple[AmiLookup, ...]
     verdicts: tuple[Verdict, ...]
+    # Resources whose Kubernetes objects the policies did not see (a Helm chart), and why.
+    not_checked: tuple[NotChecked, ...] = ()
 
     @property
     def resources(self) -> tuple[RecordedResource, ...]:
@@ -101,6 +104,9 @@ def check(
         catalogued=catalogued_amis(catalog_data, sources.matrices()),
         answers=answers,
     )
+    # What pulumi-kubernetes' provider would register under the engine and the mocks do not (kubernetes_components).
+    kubernetes = expand(run.resources, project.program.parent)
+    run = replace(run, mocks=GpuforgeMocks.replay(kubernetes.resources, region=project.region))
     verdicts = run_policies(run.resources, policy_config(catalog_path, project.region))
     return PolicyCheck(
         project=project,
@@ -108,6 +114,7 @@ def check(
         run=run,
         lookups=lookups,
         verdicts=tuple(explain_lookups(verdicts, run.resources, lookups, project.program)),
+        not_checked=kubernetes.not_checked,
     )
 
 

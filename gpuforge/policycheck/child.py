@@ -322,6 +322,8 @@ def _run(project: ProgramProject, mocks: PolicyCheckMocks) -> ProgramRun:
         )
     except GpuforgeError as error:
         failure = error
+    except ModuleNotFoundError as error:
+        failure = _missing_module(project, error)
     except Exception as error:  # noqa: BLE001  # whatever a program raises is reported, naming it
         failure = InputError(
             f"{project.program}: the program raised {type(error).__name__}: {error}{_line(project, error)}. "
@@ -329,6 +331,22 @@ def _run(project: ProgramProject, mocks: PolicyCheckMocks) -> ProgramRun:
             "gpuforge's mocks in place of AWS."
         )
     raise failure
+
+
+# Provider SDKs gpuforge offers as extras (pyproject.toml), by the module a program imports.
+_EXTRAS = {"pulumi_kubernetes": "gpuforge[kubernetes-iac]"}
+
+
+def _missing_module(project: ProgramProject, error: ModuleNotFoundError) -> InputError:
+    """A program importing what is not installed: the program runs in gpuforge's Python, not its own virtualenv."""
+    top = (error.name or "").split(".")[0]
+    install = f"pip install '{_EXTRAS[top]}'" if top in _EXTRAS else "pip install <its package>"
+    return InputError(
+        f"{project.program}: the program imports {error.name!r}{_line(project, error)}, which is not installed "
+        f"in the Python environment gpuforge runs in ({sys.prefix}); the check runs the program there, not in "
+        f"the project's own virtualenv. Fix: `{install}` into that environment (with the version the project "
+        "pins), then run the check again."
+    )
 
 
 def _abandoned(record: logging.LogRecord) -> bool:

@@ -1,7 +1,7 @@
 """Mocks for any Python Pulumi program: gpuforge's, plus the lookups such programs commonly make.
 
 `PolicyCheckMocks` is `gpuforge.pulumi_mocks.GpuforgeMocks` (the same resource answers,
-region, partition and caller identity) with three additions:
+region, partition and caller identity) with four additions:
 
 - `aws.get_availability_zones`: three zones, `<region>a` to `<region>c`, with stand-in
   zone ids `<region>-az1`..., less the call's `exclude_names`;
@@ -15,6 +15,9 @@ region, partition and caller identity) with three additions:
   and `gpuforge policy check` names the lookup in that verdict. Under `pulumi preview`
   the same lookup returns whatever AWS has newest that day, which the catalog does not
   record either;
+- pulumi-kubernetes' `kubernetes:yaml:decode`, which the SDK's own (v1) `yaml.ConfigFile` and
+  `yaml.ConfigGroup` call for their objects: answered as the provider does
+  (`kubernetes_components.decode_answer`), so those objects are registered and checked;
 - the user's answers (`answers.MockAnswers`) for any other function (a file cannot answer
   one of these, see `answers.MOCKS_ANSWER`). A function with no answer stops the run
   with an InputError naming it and the file to write.
@@ -39,7 +42,14 @@ from gpuforge.errors import InputError
 from gpuforge.images.catalog import Catalog, CatalogEntry
 from gpuforge.images.render import ami_name
 from gpuforge.policies.pinned_images import MatrixIndex
-from gpuforge.policycheck.answers import GET_AMI, GET_AVAILABILITY_ZONES, INVOKES_KEY, MockAnswers
+from gpuforge.policycheck.answers import (
+    GET_AMI,
+    GET_AVAILABILITY_ZONES,
+    INVOKES_KEY,
+    YAML_DECODE,
+    MockAnswers,
+)
+from gpuforge.policycheck.kubernetes_components import decode_answer
 from gpuforge.pulumi_mocks import ANSWERED_CALLS, GpuforgeMocks, RecordedCall
 
 UNPINNED_PREFIX = "ami-unpinned-"
@@ -171,6 +181,10 @@ class PolicyCheckMocks(GpuforgeMocks):
             return self._record(token, call_args, self._ami_result(lookup))
         if token == GET_AVAILABILITY_ZONES:
             return self._record(token, call_args, self._zones(call_args))
+        if token == YAML_DECODE:
+            return self._record(
+                token, call_args, decode_answer(call_args, self.program, self.call_sites.get(token, ""))
+            )
         if token in ANSWERED_CALLS:
             return super().call(args)
         if token in self.answers.invokes:

@@ -10,7 +10,12 @@ the entries of `gpuforge plan --json`:
      "catalog": str,                                               # the AMI catalog checked against
      "resources": [{"urn", "type", "name", "parent", "inputs"}],   # sorted by URN
      "lookups": [{"function", "call", "ami", "pinned", "reason"}],  # each get_ami, in call order
-     "policies": [{"policy", "enforcement", "urn", "message"}]}
+     "policies": [{"policy", "enforcement", "urn", "message"}],
+     "not_checked": [{"urn", "type", "name", "reason"}]}             # objects the policies did not see
+
+`not_checked` names each resource whose Kubernetes objects no policy saw (a Helm chart the provider
+would render, a manifest fetched over the network; see `kubernetes_components`); it fails nothing,
+and the text view lists it after the verdicts.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from gpuforge.display import printable
 from gpuforge.plan.render import resource_document, resource_tree, result_line, verdict_lines
 from gpuforge.policycheck.answers import GET_AMI
 from gpuforge.policycheck.check import PolicyCheck
@@ -47,6 +53,7 @@ def check_document(result: PolicyCheck) -> dict[str, Any]:
             for lookup in result.lookups
         ],
         "policies": [asdict(verdict) for verdict in result.verdicts],
+        "not_checked": [asdict(entry) for entry in result.not_checked],
     }
 
 
@@ -68,5 +75,11 @@ def render_text(result: PolicyCheck) -> str:
     for lookup in result.lookups:
         state = "pinned" if lookup.pinned else "NOT PINNED"
         lines.append(f"  {lookup.describe()} -> {lookup.ami_id}: {state}, {lookup.reason}")
-    lines += ["", *verdict_lines(result.verdicts, result.resources), "", result_line(result.verdicts)]
+    lines += ["", *verdict_lines(result.verdicts, result.resources)]
+    if result.not_checked:
+        lines += ["", "Not checked (no policy saw their Kubernetes objects)"]
+        lines += [
+            f"  {printable(e.type)} {printable(e.name)}: {printable(e.reason)}" for e in result.not_checked
+        ]
+    lines += ["", result_line(result.verdicts)]
     return "\n".join(lines)

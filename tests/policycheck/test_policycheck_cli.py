@@ -30,6 +30,7 @@ TOP_KEYS = [
     "resources",
     "lookups",
     "policies",
+    "not_checked",
 ]
 RESOURCE_KEYS = ["urn", "type", "name", "parent", "inputs"]
 VERDICT_KEYS = ["policy", "enforcement", "urn", "message"]
@@ -67,6 +68,7 @@ def test_most_recent_lookup_is_rejected_by_ami_pinned_naming_the_lookup(
     code, document = _json(capsys, str(RENDER_FARM), "--stack", "unpinned", "--catalog", str(catalog_file))
     assert code == 1
     assert list(document) == TOP_KEYS
+    assert document["not_checked"] == []  # no Kubernetes objects to miss
     assert (document["project"], document["stack"], document["region"]) == ("render-farm", "unpinned", REGION)
     assert document["config_file"] == str(RENDER_FARM / "Pulumi.unpinned.yaml")
     assert document["catalog"] == str(catalog_file)

@@ -285,6 +285,8 @@ aws.iam.RolePolicy("admin", role=role.id, policy=everything.json)
         "aws:index/getCallerIdentity:getCallerIdentity",
         "aws:index/getAvailabilityZones:getAvailabilityZones",
         "aws:ec2/getSubnet:getSubnet",
+        # A fixed list of objects would stand in for every manifest a yaml.ConfigFile reads.
+        "kubernetes:yaml:decode",
     ],
 )
 def test_an_answer_for_a_function_the_mocks_answer_is_refused(
