@@ -9,8 +9,11 @@ One definition per rule, used twice:
   (github.com/pulumi/templates-policy, kubernetes-typescript/index.ts at 976f93f, reads `svc.spec.type`).
   A `kubernetes:yaml/v2:ConfigGroup` (or ConfigFile) is a component that "creates a set of Kubernetes
   resources" (https://www.pulumi.com/registry/packages/kubernetes/api-docs/yaml/v2/configgroup/): each object
-  is a resource of its own type and is checked there, the group itself is not. (pulumi-kubernetes is not
-  installed here, so this path has not been run under a live engine.) A `helm.sh/v3:Release` renders its
+  is a resource of its own type and is checked there, the group itself is not. (No Pulumi CLI runs here, so
+  this path has not run under a live engine. Under the SDK's mocks, in `gpuforge policy check`, the provider
+  does not run either: gpuforge reads a yaml/v2 component's objects itself and lists a Helm chart as not
+  checked, gpuforge/policycheck/kubernetes_components.py; tests/policycheck/test_policycheck_kubernetes.py
+  runs a program written with the real SDK, the `kubernetes-iac` extra.) A `helm.sh/v3:Release` renders its
   images on the server and is not checked: Kueue's chart values are checked where they are made
   (`kubernetes_objects.PULUMI_COMPONENTS`);
 - offline, on manifests (`gpuforge policy kubernetes FILE...`, `gpuforge.kubernetes.check`).
