@@ -66,8 +66,9 @@ def type_of(api_version: str, kind: str) -> ObjectType | None:
 
 
 # pulumi-kubernetes resources that are not objects: their children are registered as resources of their own and
-# checked there (ConfigGroup, ConfigFile, Chart v4, Directory), or the chart is rendered by the server and not
-# seen at all (helm.sh/v3 Release, Chart v2/v3). Tokens from the SDK: github.com/pulumi/pulumi-kubernetes,
+# checked there (ConfigGroup, ConfigFile, Chart v2/v3/v4, Directory: the v2/v3 Chart renders its template in the
+# SDK and registers each object), or the chart is rendered by the provider and its objects are not seen at all
+# (helm.sh/v3 Release). Tokens from the SDK: github.com/pulumi/pulumi-kubernetes,
 # sdk/python/pulumi_kubernetes/{yaml,helm,kustomize} at v4.32.0 (a03ff6ba58d2f1ea68319dda4b2c982119489c71).
 PULUMI_COMPONENTS: Final = frozenset(
     {
