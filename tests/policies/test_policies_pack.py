@@ -26,6 +26,7 @@ from google.protobuf import empty_pb2
 from policy_helpers import LAUNCH_TEMPLATE, Images, edit, record_cluster, spec
 from pulumi.runtime.proto import analyzer_pb2_grpc
 from pulumi_policy import EnforcementLevel, ResourceValidationPolicy, StackValidationPolicy
+from waiting import WAIT_S
 
 from gpuforge import __version__
 from gpuforge.policies import engine_adapter, pack
@@ -68,8 +69,9 @@ ADVISORY = {
     "slurm-controller-cpu",
     "kubernetes-gpu-shm",
 }
-STARTUP_TIMEOUT_S = 30.0
-RPC_TIMEOUT_S = 30.0
+# The served pack's start and each RPC: tests/waiting.py's one bound (a loaded machine's Python imports
+# pulumi and grpc slowly), not a guess of its own.
+STARTUP_TIMEOUT_S = RPC_TIMEOUT_S = WAIT_S
 
 
 def test_metadata_without_a_server() -> None:
