@@ -17,7 +17,6 @@ introduced it and its source.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -28,7 +27,7 @@ from packaging.version import Version
 from gpuforge import hardware
 from gpuforge.display import cut
 from gpuforge.errors import InputError
-from gpuforge.scheduler import slurm_values, versions
+from gpuforge.scheduler import gpu_share, slurm_values, versions
 from gpuforge.scheduler.topology import NetworkTopology
 
 if TYPE_CHECKING:
@@ -37,13 +36,6 @@ if TYPE_CHECKING:
     from gpuforge.components.specs import CapacityType, PartitionSpec, SchedulerSpec
     from gpuforge.rendered_set import Recognise
 
-# Share of the instance's memory Slurm may hand to jobs; the rest is the OS's (kernel,
-# page cache for the Lustre client, the NVIDIA and EFA drivers' pinned memory). AWS
-# ParallelCluster uses the same ratio (realmemory_to_ec2memory_ratio = 0.95, in
-# cookbooks/aws-parallelcluster-slurm/attributes/slurm_attributes.rb of
-# aws/aws-parallelcluster-cookbook); a node whose real memory is below RealMemory is
-# refused by Slurm, so the ratio must leave room below the nominal EC2 size.
-REAL_MEMORY_RATIO = 0.95
 # The name of the one topology a gpuforge cluster has (topology.yaml's default name; a
 # dynamic node joins it with --conf "Topology=default:<leaf switch>").
 TOPOLOGY_NAME = "default"
@@ -181,6 +173,7 @@ class SlurmCluster:
         slurm_values.GRES_TYPE.check(
             self.gpu_type, field=f"GPU model {self.instance_type.gpu_model!r} of {self.instance_type.name}"
         )
+        gpu_share.gpu_share(self.instance_type)  # a type Slurm cannot share by GPU is refused here
         for feature in self.features:
             slurm_values.FEATURE.check(feature, field="SlurmCluster.features")
         for partition in self.scheduler.effective_partitions:
@@ -218,7 +211,12 @@ class SlurmCluster:
 
     @property
     def real_memory_mib(self) -> int:
-        return math.floor(self.instance_type.memory_mib * REAL_MEMORY_RATIO)
+        return self.share.real_memory_mib
+
+    @property
+    def share(self) -> gpu_share.GpuShare:
+        """Each GPU's share of the node's cores and memory (gpuforge.scheduler.gpu_share)."""
+        return gpu_share.gpu_share(self.instance_type)
 
     @property
     def uses_features(self) -> tuple[str, ...]:
@@ -307,6 +305,11 @@ def _slurm_conf(cluster: SlurmCluster) -> str:
         # GPUs as generic resources, cores and memory as consumable resources.
         ("SelectType", "select/cons_tres"),
         ("SelectTypeParameters", "CR_Core_Memory"),
+        # Each GPU a job asks for brings its share of the node's cores and RealMemory when the job names no
+        # CPUs or memory (gpuforge.scheduler.gpu_share): without them a 1-GPU job took the whole node's memory.
+        # Cluster-wide, as every partition draws from the one nodeset of one instance type.
+        ("DefCpuPerGPU", cluster.share.cpus_per_gpu),
+        ("DefMemPerGPU", cluster.share.memory_per_gpu_mib),
         ("GresTypes", "gpu"),
         ("ProctrackType", "proctrack/cgroup"),
         ("TaskPlugin", "task/cgroup,task/affinity"),

@@ -645,6 +645,9 @@ def open_cluster(base: Path, lower: Path, agent_source: Path) -> Iterator[SlurmT
 # -- a whole cluster with accounting: MariaDB, slurmdbd, slurmctld and GPU nodes -----------
 
 CONTROLLER = "gfctl"
+# The one line a test adds to a rendered slurm.conf when its nodes register as a GPU instance type this
+# machine is smaller than (start_accounting_cluster's `instance_type`).
+CONFIG_OVERRIDES = "SlurmdParameters=config_overrides"
 
 
 def this_machine(cluster: SlurmTestCluster, gpus: int) -> hardware.InstanceType:
@@ -688,6 +691,7 @@ def start_accounting_cluster(
     node_count: int = 2,
     gpus_per_node: int = 2,
     scheduler: SchedulerSpec | None = None,
+    instance_type: hardware.InstanceType | None = None,
 ) -> AccountingCluster:
     """MariaDB, slurmdbd, slurmctld and `node_count` GPU nodes of the rendered config, all up.
 
@@ -700,10 +704,20 @@ def start_accounting_cluster(
     The rendered JobAcctGatherType=jobacct_gather/cgroup is kept: `mount_root` bind-mounts the
     host's /sys, so slurmd finds the cgroup tree (cgroup v1 on this machine) and gathers job
     usage from it, as proctrack/cgroup already tracks jobs here; nothing is overridden.
+
+    `instance_type`: the nodes register as that catalog row, with the CPUs, memory and GPUs (one
+    device file each) a real node of the type registers, instead of this machine's own CPUs and
+    memory with `gpus_per_node` GPUs. This machine has fewer CPUs and less memory than a GPU
+    instance, so slurm.conf then gains one line that is not rendered: SlurmdParameters=config_overrides,
+    Slurm's setting for this ("any node with less than the configured resources will not be set to
+    INVAL/INVALID_REG. This option is generally only useful for testing purposes", slurm.conf(5) of
+    26.05). The jobs' memory cgroups get the allocated limits (slurmd logs them), which a test's
+    small jobs stay far below.
     """
+    hardware_row = instance_type or this_machine(cluster, gpus_per_node)
     spec = SlurmCluster(
         name=name,
-        instance_type=this_machine(cluster, gpus_per_node),
+        instance_type=hardware_row,
         capacity_type="on-demand",
         max_nodes=node_count + 2,
         scheduler=scheduler or SchedulerSpec(type="slurm", controller_instance_type="m7i.2xlarge"),
@@ -716,7 +730,9 @@ def start_accounting_cluster(
     )
     files: dict[str, str] = dict(render_files(spec))
     dbd_conf = files.pop("slurmdbd.conf")
-    cluster.make_gpus(gpus_per_node)
+    if instance_type is not None:
+        files["slurm.conf"] += f"{CONFIG_OVERRIDES}\n"
+    cluster.make_gpus(hardware_row.gpu_count)
     cluster.write_key()
     cluster.write_files(files)
     # The rendered HealthCheckProgram: healthy (a test drains a node itself, with a gpuforge reason).
