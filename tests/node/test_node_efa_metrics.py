@@ -28,7 +28,13 @@ from monitoring_tools import free_port, prometheus, running, tool
 from node_scenarios import Scenario, fixture, install_commands
 from waiting import WAIT_S, wait_until
 
-from gpuforge.node.efa_metrics import KERNEL_PORT_COUNTERS, collect, layout_from_topology, load_layout
+from gpuforge.node.efa_metrics import (
+    KERNEL_PORT_COUNTERS,
+    collect,
+    efa_devices,
+    layout_from_topology,
+    load_layout,
+)
 from gpuforge.node.runner import CommandResult
 from gpuforge.node.topology import TOPOLOGY, parse_topology
 
@@ -246,9 +252,14 @@ class HostileTopo(Topo):
 
 
 def hostile_textfile(tmp_path: Path) -> str:
-    """The collector's file for p4d's first device (its GPUs from HostileTopo) and a hostile device."""
+    """The collector's file for p4d's first device and a hostile device, with a hostile layout cache under /run
+    (GPU names that end the label and the line) and HostileTopo's matrix for when the cache is not trusted."""
     infiniband = fake_sysfs(tmp_path, [P4D_DEVICES[0], HOSTILE_DEVICE], ("tx_bytes",))
-    return collect(infiniband, tmp_path / "map", tmp_path / "layout.json", HostileTopo(), lambda _: None)
+    devices = efa_devices(infiniband)
+    cache = tmp_path / "layout.json"
+    layout = {device: ['0"} 1\nfake_series{gpu="0"} 1\n# ', "1"] for device in devices}
+    cache.write_text(json.dumps({"devices": list(devices), "layout": layout}), encoding="utf-8")
+    return collect(infiniband, tmp_path / "map", cache, HostileTopo(), lambda _: None)
 
 
 # What the file must say, and nothing more: the hostile device's name as its label's value, and the
@@ -348,9 +359,7 @@ def test_hostile_names_reach_prometheus_as_exactly_the_intended_series(tmp_path:
         {name: value for name, value in series.items() if name not in ("instance", "job")}
         for series in stored
     ]
-    assert sorted(found, key=lambda series: series["device"]) == sorted(
-        EXPECTED_SERIES, key=lambda series: series["device"]
-    )
+    assert sorted(found, key=repr) == sorted(EXPECTED_SERIES, key=repr)
 
 
 def test_the_collectors_log_shows_a_hostile_device_name_escaped(tmp_path: Path) -> None:
