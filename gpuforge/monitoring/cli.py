@@ -213,7 +213,7 @@ def render_set(
             workspace_arn=workspace_arn,
             source=config.source,
         ),
-        "prometheus.flags": prometheus_flags(monitoring, cluster=cluster.name),
+        "prometheus.flags": prometheus_flags(cluster=cluster.name),
         "alertmanager.yml": alertmanager_config(
             cluster=cluster.name,
             region=config.region,

@@ -118,6 +118,7 @@ def prometheus_config(
             "evaluation_interval": SCRAPE_INTERVAL,
             "external_labels": {"cluster": cluster},
         },
+        "storage": {"tsdb": {"retention": {"time": f"{monitoring.retention_days}d"}}},
         "rule_files": [RULE_FILES],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [ALERTMANAGER]}]}]},
         "scrape_configs": jobs,
@@ -157,15 +158,15 @@ def _remote_write_target(
     return None
 
 
-def prometheus_flags(monitoring: MonitoringConfig, *, cluster: str) -> str:
-    """Flags for the controller's Prometheus, one a line. Retention is the flag, which every Prometheus 3
-    reads; 3.5 refuses `storage.tsdb.retention` in prometheus.yml ('field retention not found'). The
-    pinned 3.13 reads `storage.tsdb.retention.time` from the file too, takes the flag as its default,
-    and marks the flag deprecated in its --help (cmd/prometheus/main.go of module v0.313.2)."""
-    flags = [
-        f"--storage.tsdb.retention.time={monitoring.retention_days}d",
-        "--web.listen-address=127.0.0.1:9090",
-    ]
+def prometheus_flags(*, cluster: str) -> str:
+    """Flags for the controller's Prometheus, one a line. Retention is not one of them: it is prometheus.yml's
+    `storage.tsdb.retention.time` (prometheus_config). Prometheus deprecated the flag
+    `--storage.tsdb.retention.time` in 3.8 ("[DEPRECATED] ... use the storage.tsdb.retention.time field in the
+    config file instead", prometheus/prometheus commit ad4b59c50461, #17026, first in v3.8.0), and so it reads
+    in cmd/prometheus/main.go of 3.13 (tag v3.13.2, Go module v0.313.5); the file's value also applies on a
+    config reload. Only an LTS series is accepted (monitoring.prometheus-supported), so every accepted
+    Prometheus reads the field (3.5, which refuses it, ended support on 2026-07-31)."""
+    flags = ["--web.listen-address=127.0.0.1:9090"]
     return (
         f"# prometheus.flags for cluster {cluster}, rendered by gpuforge: the controller's Prometheus runs with these\n"
         + "".join(f"{flag}\n" for flag in flags)

@@ -86,7 +86,7 @@ def test_prometheus_starts_with_the_rendered_config_and_flags_and_loads_every_ru
     data = load_rules()
     assert kinds.count("alerting") == len(data.alerts)
     assert kinds.count("recording") == len(data.recording)
-    assert runtime["storageRetention"] == "2w1d"  # prometheus.yml's 15d (test_prometheus_retention.py)
+    assert runtime["storageRetention"] == "15d"  # prometheus.yml's (test_prometheus_retention.py)
 
 
 class _Receiver(BaseHTTPRequestHandler):

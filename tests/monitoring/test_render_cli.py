@@ -34,7 +34,10 @@ def test_render_writes_the_set_and_rewrites_its_own(tmp_path: Path) -> None:
     args = ["monitoring", "render", str(SHIPPED_STACKS), "--stack", "p5-prod", "--out", str(out)]
     assert main(args) == 0
     assert _files(out) == EXPECTED
-    assert "--storage.tsdb.retention.time=15d" in (out / "prometheus.flags").read_text(encoding="utf-8")
+    # Retention is prometheus.yml's field; the flag is deprecated since Prometheus 3.8 (gpuforge.monitoring.prometheus).
+    written = (out / "prometheus.yml").read_text(encoding="utf-8")
+    assert "storage:\n  tsdb:\n    retention:\n      time: 15d\n" in written
+    assert "retention" not in (out / "prometheus.flags").read_text(encoding="utf-8")
     assert main(args) == 0  # its own earlier render is replaced
 
 
