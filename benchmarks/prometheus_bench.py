@@ -58,7 +58,7 @@ INSTANCE = "p5.48xlarge"
 SCRAPE_INTERVAL_S = 10
 WAIT_S = 900.0  # the most one size may take to reach --rounds scrapes of every target
 
-from gpuforge import hardware  # noqa: E402
+from gpuforge import exposition, hardware  # noqa: E402
 from gpuforge.monitoring.fields import load_fields  # noqa: E402
 from gpuforge.monitoring.prometheus import DCGM_JOB, NODE_JOB  # noqa: E402
 from gpuforge.monitoring.sizing import load_sizing, max_nodes  # noqa: E402
@@ -121,18 +121,30 @@ def efa_textfile() -> str:
 
 
 def dcgm_body(node: int) -> str:
+    """dcgm-exporter's families for one node, written by gpuforge.exposition (the project's one writer)."""
     instance = hardware.get(INSTANCE)
-    lines = []
-    for field in load_fields().for_type(instance):
-        lines.append(f"# HELP {field.name} {field.help}\n# TYPE {field.name} {field.prom_type}\n")
-        for gpu in range(instance.gpu_count):
-            labels = (
-                f'gpu="{gpu}",UUID="GPU-{node:08x}-0000-0000-0000-{gpu:012x}",pci_bus_id="00000000:{gpu:02X}:00.0",'
-                f'device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3",Hostname="bench-{node}",'
-                f'DCGM_FI_DRIVER_VERSION="570.172.08",hpc_job="{1000 + node}"'
-            )
-            lines.append(f"{field.name}{{{labels}}} {gpu + node % 7}\n")
-    return "".join(lines)
+
+    def labels(gpu: int) -> exposition.Labels:
+        return (
+            ("gpu", str(gpu)),
+            ("UUID", f"GPU-{node:08x}-0000-0000-0000-{gpu:012x}"),
+            ("pci_bus_id", f"00000000:{gpu:02X}:00.0"),
+            ("device", f"nvidia{gpu}"),
+            ("modelName", "NVIDIA H100 80GB HBM3"),
+            ("Hostname", f"bench-{node}"),
+            ("DCGM_FI_DRIVER_VERSION", "570.172.08"),
+            ("hpc_job", str(1000 + node)),
+        )
+
+    return "".join(
+        exposition.family(
+            field.name,
+            field.prom_type,
+            field.help,
+            ((labels(gpu), gpu + node % 7) for gpu in range(instance.gpu_count)),
+        )
+        for field in load_fields().for_type(instance)
+    )
 
 
 def count_series(text: str) -> int:
