@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,9 @@ def register(subparsers: Any) -> None:
         metavar="T",
         help="window start: YYYY-MM-DD (00:00 UTC) or ISO 8601 with a zone; default a week before --until",
     )
-    parser.add_argument("--until", metavar="T", help="window end, same forms; default now")
+    parser.add_argument(
+        "--until", metavar="T", help="window end, same forms; default now (a later one is clipped at now)"
+    )
     parser.add_argument(
         "--by",
         default="team",
@@ -55,7 +58,7 @@ def register(subparsers: Any) -> None:
         "--json", action="store_true", help="print the report as JSON (README: Usage and cost)"
     )
     parser.add_argument(
-        "--plot", type=Path, metavar="FILE.svg", help="write stacked GPU-hours per team as SVG"
+        "--plot", type=Path, metavar="FILE.svg", help="write stacked GPU-hours per group (--by) as SVG"
     )
     parser.add_argument(
         "--sacct-json",
@@ -76,7 +79,8 @@ def register(subparsers: Any) -> None:
         "--capacity-block-fee",
         type=float,
         metavar="USD",
-        help="the upfront fee paid for the stack's Capacity Block (overrides gpuforge:capacity.upfrontFeeUsd)",
+        help="the upfront fee paid for the stack's Capacity Block (overrides gpuforge:capacity.upfrontFeeUsd); "
+        "only for a stack whose capacity is a Capacity Block",
     )
     parser.set_defaults(handler=_usage)
 
@@ -93,6 +97,25 @@ def _checkpoint(config: StackConfig, history: list[NodeEvent] | None, window: Wi
     return {"checkpoint": advice}
 
 
+def _check_fee_amount(fee: float | None) -> None:
+    """--capacity-block-fee is a finite amount above 0 (argparse's float takes inf, nan and 1e999)."""
+    if fee is not None and not (math.isfinite(fee) and fee > 0):
+        raise InputError(
+            f"--capacity-block-fee {fee}: a fee is a positive amount in USD (a finite number above 0). "
+            "Fix: pass the fee the purchase showed."
+        )
+
+
+def _check_fee_applies(fee: float | None, config: StackConfig) -> None:
+    """--capacity-block-fee only where there is a block to pay for: elsewhere it would be ignored."""
+    if fee is not None and config.capacity.type != "capacity-block":
+        raise InputError(
+            f"--capacity-block-fee {fee}: stack {config.stack}'s gpuforge:capacity.type is {config.capacity.type}, "
+            "not capacity-block, so there is no block fee to price (On-Demand capacity and reservations are "
+            "priced at the On-Demand rate). Fix: leave the flag out, or pass the --stack whose capacity is the block."
+        )
+
+
 def _usage(args: argparse.Namespace) -> int:
     from gpuforge import hardware
     from gpuforge.monitoring.config import stack_monitoring_config
@@ -101,6 +124,7 @@ def _usage(args: argparse.Namespace) -> int:
     from gpuforge.usage import events, metrics, prices, sacct
     from gpuforge.usage.cost import capacity_block_rate, on_demand_rate
     from gpuforge.usage.plot import render_svg
+    from gpuforge.usage.records import screen
     from gpuforge.usage.report import GROUPINGS, UsageReport, failures, group_jobs, render_text
     from gpuforge.usage.reservations import reserved
     from gpuforge.usage.window import window as make_window
@@ -109,32 +133,36 @@ def _usage(args: argparse.Namespace) -> int:
         raise InputError(
             f"--by {args.by}: not a grouping. Fix: pass --by with one of {', '.join(GROUPINGS)}."
         )
-    if args.capacity_block_fee is not None and not args.capacity_block_fee > 0:
-        raise InputError(
-            f"--capacity-block-fee {args.capacity_block_fee}: a fee is a positive amount in USD. Fix: pass the fee the purchase showed."
-        )
+    _check_fee_amount(args.capacity_block_fee)
     now = datetime.now(UTC)
-    window = make_window(args.since, args.until, now=now)
+    asked = make_window(args.since, args.until, now=now)
+    window = asked.window
     config = load_stack_config(args.stack_dir, args.stack)
     if config.scheduler.type != "slurm":
         raise InputError(
             f"{config.source}: gpuforge:scheduler.type is {config.scheduler.type}: the usage report reads Slurm's "
             "accounting. Fix: run it for a stack with `gpuforge:scheduler: {type: slurm, ...}`."
         )
+    _check_fee_applies(args.capacity_block_fee, config)
+    cluster = config.stack  # gpuforge names the Slurm cluster (ClusterName) after the stack
     gpus_per_node = hardware.get(config.instance_type).gpu_count
     on_controller = args.sacct_json is None
-    jobs = sacct.run_sacct(window) if on_controller else sacct.read_sacct(args.sacct_json)
+    records_source = "sacct --json" if on_controller else str(args.sacct_json)
+    read = sacct.run_sacct(window) if on_controller else sacct.read_sacct(args.sacct_json)
+    jobs, records = screen(read, cluster=cluster, stack=args.stack, source=records_source)
     history = (
-        events.read_events(args.events)
+        events.read_events(args.events, cluster=cluster)
         if args.events is not None
-        else events.run_sacctmgr(window)
+        else events.run_sacctmgr(window, cluster=cluster)
         if on_controller
         else None
     )
     url = args.prometheus
     if url is None and on_controller and stack_monitoring_config(config).enabled:
         url = CONTROLLER_PROMETHEUS
-    per_job = None if url is None else metrics.job_metrics(url, window)
+    per_job = (
+        None if url is None else metrics.job_metrics(url, window, max_gpus=config.node_count * gpus_per_node)
+    )
     if config.capacity.type == "capacity-block":
         rate = capacity_block_rate(config, gpus_per_node, args.capacity_block_fee)
     else:
@@ -151,13 +179,17 @@ def _usage(args: argparse.Namespace) -> int:
         reserved=reserved(config, gpus_per_node, jobs, window, now),
         failures=failures(jobs, history, window),
         rate=rate,
+        records=records,
+        until_requested=asked.until_requested,
+        window_note=asked.note,
         **_checkpoint(config, history, window),
     )
     if args.plot is not None:
-        teams, _ = group_jobs(jobs, "team", window, now, per_job)
-        write_plot(args.plot, render_svg(report, teams))
+        write_plot(args.plot, render_svg(report))
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        # allow_nan=False: a NaN or an infinity would make the output invalid JSON; every figure is
+        # checked finite before this, so one here is a defect to stop on, not to print.
+        print(json.dumps(report.to_json(), indent=2, allow_nan=False))
     else:
         print(render_text(report), end="")
     return 0

@@ -32,7 +32,7 @@ class Rate:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "usd_per_gpu_hour": None if self.usd_per_gpu_hour is None else round(self.usd_per_gpu_hour, 6),
+            "usd_per_gpu_hour": self.usd_per_gpu_hour,  # unrounded: the rate every cost was computed with
             "source": self.source,
             **({} if self.price is None else {"on_demand": self.price.to_json()}),
         }
@@ -44,7 +44,11 @@ def capacity_block_rate(config: StackConfig, gpus_per_node: int, fee_flag_usd: f
     assert capacity.start is not None and capacity.end is not None  # CapacitySpec requires them
     fee_usd, given_by = fee_flag_usd, "--capacity-block-fee"
     if fee_usd is None:
-        fee_usd, given_by = capacity.upfront_fee_usd, f"gpuforge:capacity.upfrontFeeUsd in {config.source}"
+        # The stack file by its name in the stack folder: the report names no path of the machine it ran on.
+        fee_usd, given_by = (
+            capacity.upfront_fee_usd,
+            f"gpuforge:capacity.upfrontFeeUsd in Pulumi.{config.stack}.yaml",
+        )
     if fee_usd is None:
         return Rate(
             None,

@@ -1,16 +1,20 @@
-"""`--plot FILE.svg`: stacked bars of GPU-hours per team, drawn with `validate report`'s SVG frame.
+"""`--plot FILE.svg`: stacked bars of GPU-hours per group of the report (--by: team, user, partition or
+job), drawn with `validate report`'s SVG frame.
 
-Each team's bar stacks the hours its jobs' GPUs were useful (SM-active GPU-hours), held idle (the
-idle rule of metrics.py), and held otherwise; a team without metrics gets one "held (no metrics)"
-segment. Unused reserved hours belong to no team (nobody held them), so they are a bar of their own
-at the end. Each bar is a `<g data-team=...>` whose rectangles carry `data-series`, so the file can be
-checked by a program as well as read.
+Each group's bar stacks the hours its jobs' GPUs were useful (SM-active GPU-hours), held idle (the
+idle rule of metrics.py), and held otherwise; a group without metrics gets one "held (no metrics)"
+segment. Unused reserved hours belong to no group (nobody held them), so they are a bar of their own
+at the end. Each bar is a `<g data-group=...>` whose rectangles carry `data-series`, so the file can be
+checked by a program as well as read. Names come from accounting: each is written through
+gpuforge.display.printable (XML has no place for control characters) and then XML-escaped, in one
+place (_label).
 """
 
 from __future__ import annotations
 
 from html import escape
 
+from gpuforge.display import printable
 from gpuforge.svg import document
 from gpuforge.usage.report import Group, UsageReport
 
@@ -32,9 +36,15 @@ def _segments(group: Group) -> list[tuple[str, float]]:
     return [("useful", useful), ("idle held", idle), ("other held", max(0.0, held - useful - idle))]
 
 
-def render_svg(report: UsageReport, teams: list[Group], *, width: int = 720, height: int = 420) -> str:
+def _label(name: str) -> str:
+    """A name from accounting as SVG text or attribute: control characters escaped, then XML's own."""
+    return escape(printable(name))
+
+
+def render_svg(report: UsageReport, *, width: int = 720, height: int = 420) -> str:
+    """One bar per group of the report (report.by), then the unused reserved bar."""
     margin = 60
-    bars = [(team.name, _segments(team)) for team in teams]
+    bars = [(group.name, _segments(group)) for group in report.groups]
     if report.reserved is not None:
         bars.append((UNUSED_BAR, [("unused reserved", report.reserved.gpu_seconds_unused / 3600)]))
     top = max((sum(value for _, value in segments) for _, segments in bars), default=0.0) or 1.0
@@ -44,7 +54,7 @@ def render_svg(report: UsageReport, teams: list[Group], *, width: int = 720, hei
         f'<line x1="{margin}" y1="{height - margin}" x2="{width - margin}" y2="{height - margin}" stroke="black"/>',
         f'<line x1="{margin}" y1="{margin}" x2="{margin}" y2="{height - margin}" stroke="black"/>',
         f'<text x="15" y="{height / 2}" transform="rotate(-90 15 {height / 2})" text-anchor="middle">GPU-hours</text>',
-        f'<text x="{margin}" y="{margin - 25}">GPU-hours per team, {escape(report.window.since.isoformat())} to '
+        f'<text x="{margin}" y="{margin - 25}">GPU-hours per {_label(report.by)}, {escape(report.window.since.isoformat())} to '
         f"{escape(report.window.until.isoformat())} (max {top:.1f})</text>",
     ]
     if not bars:
@@ -58,10 +68,10 @@ def render_svg(report: UsageReport, teams: list[Group], *, width: int = 720, hei
             y -= tall
             rects.append(
                 f'<rect data-series="{series}" x="{x:.1f}" y="{y:.1f}" width="{slot * 0.7:.1f}" height="{tall:.1f}" '
-                f'fill="{SERIES[series]}"><title>{escape(name)}: {series} {value:.2f} GPU-h</title></rect>'
+                f'fill="{SERIES[series]}"><title>{_label(name)}: {series} {value:.2f} GPU-h</title></rect>'
             )
-        label = f'<text x="{x + slot * 0.35:.1f}" y="{height - margin + 15}" text-anchor="middle">{escape(name)}</text>'
-        parts.append(f'<g data-team="{escape(name)}">{"".join(rects)}{label}</g>')
+        label = f'<text x="{x + slot * 0.35:.1f}" y="{height - margin + 15}" text-anchor="middle">{_label(name)}</text>'
+        parts.append(f'<g data-group="{_label(name)}">{"".join(rects)}{label}</g>')
     for index, (series, colour) in enumerate(SERIES.items()):
         parts.append(
             f'<text x="{width - margin}" y="{margin + 15 * index}" text-anchor="end" fill="{colour}">{series}</text>'

@@ -12,6 +12,7 @@ can match, and without `capacitystatus=Used` the unused-reservation rows do.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -77,9 +78,12 @@ def _on_demand_usd(entry: dict[str, Any], where: str) -> set[float]:
                 continue
             usd = dimension.get("pricePerUnit", {}).get("USD")
             try:
-                prices.add(float(usd))
+                amount = float(usd)
             except (TypeError, ValueError):
                 raise ValueError(f"{where}: pricePerUnit.USD = {cut(usd)} is not a number") from None
+            if not math.isfinite(amount):
+                raise ValueError(f"{where}: pricePerUnit.USD = {cut(usd)} is not a finite number")
+            prices.add(amount)
     return prices
 
 

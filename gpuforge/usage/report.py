@@ -1,12 +1,18 @@
 """The usage report: per group (job, user, team or partition) over the window, as text or JSON.
 
-The JSON keys are a contract (README, "Usage and cost"): `stack`, `window` {`since`, `until`},
+The JSON keys are a contract (README, "Usage and cost"): `stack`, `window` {`since`, `until`,
+`until_requested`, `note`: the window ends at now at the latest, and says so when it was clipped},
 `by`, `groups` and `total` (each {`name`, `jobs`, `gpu_seconds_held`, `gpu_hours_held`,
-`gpu_hours_useful`, `useful_fraction`, `gpu_hours_idle`, `metrics`, `cost_usd`}), `metrics`
+`gpu_hours_metered`, `gpu_hours_useful`, `useful_fraction`, `gpu_hours_idle`, `metrics`, `cost_usd`}), `metrics`
 {`source`, `idle_rule`}, `reserved` (null for On-Demand capacity), `failures` (null without an event
-history), `price` {`usd_per_gpu_hour`, `source`}, `checkpoint` (gpuforge.checkpoint's advice, or null
+history), `records` (what was made of sacct's records: gpuforge.usage.records), `price`
+{`usd_per_gpu_hour`, `source`}, `checkpoint` (gpuforge.checkpoint's advice, or null
 when the stack sets no `gpuforge:checkpoint` or it cannot be computed; `checkpoint_note` says which). A figure that cannot be known is null and its text is "no metrics" or "no price",
 never an estimate.
+
+The text view is for a terminal: every line of it passes through gpuforge.display.printable in one
+place (render_text), so a user, account or partition name, a price's source or anything else that
+came from a file or AWS cannot move the cursor, clear the screen or forge a line.
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ from datetime import datetime
 from typing import Any
 
 from gpuforge.checkpoint import CheckpointAdvice
+from gpuforge.display import printable
 from gpuforge.usage.cost import Rate
 from gpuforge.usage.events import NodeEvent, interrupted_jobs, node_seconds_lost
 from gpuforge.usage.metrics import IDLE_SM_ACTIVE, JobMetrics
+from gpuforge.usage.records import Records
 from gpuforge.usage.reservations import Reserved
 from gpuforge.usage.sacct import Job
 from gpuforge.usage.window import Window
@@ -31,6 +39,8 @@ GROUPINGS: dict[str, Callable[[Job], str]] = {
     "partition": lambda job: job.partition,
 }
 NO_METRICS = "no metrics"
+SHOWN_IDS = 20  # job ids a text line lists before it says how many more (--json lists them all)
+HELD_RULE = "GPUs (gres/gpu in AllocTRES) x (end - start) of each run, clipped to the window"
 IDLE_RULE = (
     f"a minute in which a job's GPUs averaged under {IDLE_SM_ACTIVE:.0%} SM activity "
     "(DCGM_FI_PROF_SM_ACTIVE, the GpuforgeGpuHeldIdle alert's threshold) counts all its held GPU-seconds "
@@ -68,6 +78,8 @@ class Group:
             "jobs": len(self.job_ids),
             "gpu_seconds_held": self.gpu_seconds_held,
             "gpu_hours_held": _hours(self.gpu_seconds_held),
+            # The held GPU-hours Prometheus metered: useful_fraction is gpu_hours_useful over this.
+            "gpu_hours_metered": None if self.metered is None else _hours(self.metered.held_s),
             "gpu_hours_useful": None if self.metered is None else _hours(self.metered.useful_s),
             "useful_fraction": None if fraction is None else round(fraction, 4),
             "gpu_hours_idle": None if self.metered is None else _hours(self.metered.idle_s),
@@ -103,11 +115,20 @@ class UsageReport:
     rate: Rate
     checkpoint: CheckpointAdvice | None = None
     checkpoint_note: str = ""  # why there is no advice
+    records: Records | None = None  # None: no sacct records were screened (a report built by hand)
+    until_requested: datetime | None = None  # --until as asked; None: the window's own until
+    window_note: str | None = None  # why the window ends before --until
 
     def to_json(self) -> dict[str, Any]:
+        requested = self.until_requested or self.window.until
         return {
             "stack": self.stack,
-            "window": {"since": self.window.since.isoformat(), "until": self.window.until.isoformat()},
+            "window": {
+                "since": self.window.since.isoformat(),
+                "until": self.window.until.isoformat(),
+                "until_requested": requested.isoformat(),
+                "note": self.window_note,
+            },
             "by": self.by,
             "groups": [group.to_json(self.rate) for group in self.groups],
             "total": self.total.to_json(self.rate),
@@ -119,6 +140,7 @@ class UsageReport:
                 "cost_usd_unused": self.rate.dollars(self.reserved.gpu_seconds_unused),
             },
             "failures": None if self.failures is None else self.failures.to_json(),
+            "records": None if self.records is None else {**self.records.to_json(), "held_rule": HELD_RULE},
             "price": self.rate.to_json(),
             "checkpoint": None if self.checkpoint is None else self.checkpoint.to_json(),
             **({} if self.checkpoint is not None else {"checkpoint_note": self.checkpoint_note}),
@@ -157,15 +179,27 @@ def failures(jobs: list[Job], events: list[NodeEvent] | None, window: Window) ->
     )
 
 
+def _counted(ids: tuple[str, ...]) -> str:
+    """`ids` as a count, then which: "0", "1 (job id 6)", "3 (job ids 1, 2, 7)"."""
+    if not ids:
+        return "0"
+    shown = ", ".join(ids[:SHOWN_IDS])
+    more = f" and {len(ids) - SHOWN_IDS} more (--json lists all)" if len(ids) > SHOWN_IDS else ""
+    return f"{len(ids)} (job id{'s' if len(ids) > 1 else ''} {shown}{more})"
+
+
 def render_text(report: UsageReport) -> str:
-    """The terminal view: one row per group, then the total, reservation, failures and the price's source."""
+    """The terminal view: one row per group, then the total, reservation, failures, records and the price.
+    Each line is escaped here, the one place (names from files and AWS are in them)."""
     header = (
         f"{report.by:<16} {'jobs':>5} {'GPU-h held':>11} {'useful':>11} {'GPU-h idle':>11} {'cost $':>12}"
     )
     lines = [
-        f"usage of stack {report.stack}, {report.window.since.isoformat()} to {report.window.until.isoformat()}",
-        header,
+        f"usage of stack {report.stack}, {report.window.since.isoformat()} to {report.window.until.isoformat()}"
     ]
+    if report.window_note is not None:
+        lines.append(f"window: {report.window_note}")
+    lines.append(header)
     for group in (*report.groups, report.total):
         data = group.to_json(report.rate)
         fraction = NO_METRICS if data["useful_fraction"] is None else f"{data['useful_fraction']:.1%}"
@@ -174,6 +208,7 @@ def render_text(report: UsageReport) -> str:
         lines.append(
             f"{group.name[:16]:<16} {data['jobs']:>5} {data['gpu_hours_held']:>11.2f} {fraction:>11} {idle:>11} {cost:>12}"
         )
+    lines.append(f"GPU-h held: {HELD_RULE}")
     lines.append(f"useful: {report.metrics_source or NO_METRICS}; idle: {IDLE_RULE}")
     if report.reserved is None:
         lines.append("reserved: none (On-Demand capacity)")
@@ -188,12 +223,23 @@ def render_text(report: UsageReport) -> str:
     if report.failures is None:
         lines.append("failures: no event history (run on the controller, or pass --events FILE)")
     else:
-        jobs = ", ".join(report.failures.interrupted) or "none"
         lines.append(
             f"failures: {_hours(report.failures.node_seconds_lost):.2f} node-hours lost to {report.failures.events} "
-            f"down/drain event(s); jobs interrupted: {jobs}"
+            f"node down/drain event(s); jobs interrupted: {_counted(report.failures.interrupted)}"
         )
-    lines.append(f"price: {report.rate.source}")
+    if report.records is not None:
+        records = report.records
+        lines.append(
+            f"records: {records.runs} run(s) counted; {records.duplicates_dropped} duplicate record(s) dropped; "
+            f"{records.never_started} never started; {records.without_gpus} without GPUs"
+        )
+        lines.append(
+            f"records: still running, counted to the window's end: {_counted(records.running)}; suspended, "
+            f"counted as held: {_counted(records.suspended)}; elapsed differs from end - start - suspended: "
+            f"{_counted(records.elapsed_mismatch)}"
+        )
+    rate = report.rate.usd_per_gpu_hour
+    lines.append(f"price: {'' if rate is None else f'${rate:,.6f} per GPU-hour: '}{report.rate.source}")
     advice = report.checkpoint
     lines.append(f"checkpoint interval: {report.checkpoint_note if advice is None else advice.line()}")
-    return "\n".join(lines) + "\n"
+    return "".join(printable(line) + "\n" for line in lines)

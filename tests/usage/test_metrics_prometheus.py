@@ -71,3 +71,30 @@ def test_a_prometheus_that_is_not_there_is_exit_2_naming_the_flag(tmp_path: Path
         InputError, match=r"--prometheus 'http://127\.0\.0\.1:9': no answer from Prometheus.*Fix:"
     ):
         job_metrics("http://127.0.0.1:9", window)
+
+
+@pytest.mark.slow
+def test_a_minute_before_the_window_is_not_counted_idle_in_it(tmp_path: Path) -> None:
+    """Rule evaluations need not fall on whole minutes: job 7 (8 GPUs) has an idle sample at :50 and a busy
+    one at 1:50. The window (0:55, 1:55] holds only the busy one, so nothing in it was idle; the idle
+    subquery's first step (1:00) must not reach back to the :50 sample, which the held sum leaves out."""
+    start = (int(time.time()) // 3600 - 6) * 3600  # inside retention, older than the head block
+    history = "\n".join(
+        [
+            f"# TYPE {HELD} gauge",
+            f'{HELD}{{hpc_job="7"}} 480 {start + 50}',
+            f'{HELD}{{hpc_job="7"}} 480 {start + 110}',
+            f"# TYPE {USEFUL} gauge",
+            f'{USEFUL}{{hpc_job="7"}} 4.8 {start + 50}',
+            f'{USEFUL}{{hpc_job="7"}} 240 {start + 110}',
+            "# EOF",
+            "",
+        ]
+    )
+    with prometheus_with_history(history, tmp_path) as url:
+        found = job_metrics(
+            url, Window(datetime.fromtimestamp(start + 55, UTC), datetime.fromtimestamp(start + 115, UTC))
+        )
+    assert found["7"].held_s == pytest.approx(480)
+    assert found["7"].useful_s == pytest.approx(240)
+    assert found["7"].idle_s == 0

@@ -1,5 +1,5 @@
-"""`--plot`: one bar group per team with the useful, idle-held and other-held series, and unused
-reserved hours as a bar of their own; drawn in `validate report`'s SVG frame."""
+"""`--plot`: one bar per group of the report (here teams) with the useful, idle-held and other-held series,
+and unused reserved hours as a bar of their own; drawn in `validate report`'s SVG frame."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _group(name: str, held_h: float, metered: JobMetrics | None) -> Group:
 def _bars(svg: str) -> dict[str, dict[str, float]]:
     root = ET.fromstring(svg)
     return {
-        bar.attrib["data-team"]: {
+        bar.attrib["data-group"]: {
             rect.attrib["data-series"]: float(rect.attrib["height"]) for rect in bar.iter(f"{SVG}rect")
         }
         for bar in root.iter(f"{SVG}g")
@@ -43,7 +43,7 @@ def test_one_bar_per_team_with_its_series_and_the_unused_reserved_bar() -> None:
     report = UsageReport(
         "p5", WINDOW, "team", tuple(teams), Group("total"), None, reserve, None, Rate(None, "no price")
     )
-    bars = _bars(render_svg(report, teams))
+    bars = _bars(render_svg(report))
     assert set(bars) == {"llm", "vision", "research", UNUSED_BAR}
     assert set(bars["llm"]) == {"useful", "idle held", "other held"}
     assert set(bars["vision"]) == {"useful", "idle held", "other held"}
@@ -57,6 +57,6 @@ def test_one_bar_per_team_with_its_series_and_the_unused_reserved_bar() -> None:
 
 def test_no_jobs_and_no_reservation_is_a_plot_that_says_so() -> None:
     report = UsageReport("p5", WINDOW, "team", (), Group("total"), None, None, None, Rate(None, "no price"))
-    svg = render_svg(report, [])
+    svg = render_svg(report)
     assert _bars(svg) == {}
     assert "no GPU jobs in the window" in svg

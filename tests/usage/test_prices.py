@@ -153,6 +153,22 @@ def test_a_refused_call_falls_back_to_the_table_and_says_so() -> None:
     assert "; gpuforge/data/prices.yaml, price list of 2026-07-28 (https://github.com/" in source
 
 
+@pytest.mark.parametrize("usd", ["NaN", "Infinity", "1e999"])
+def test_a_price_that_is_not_finite_falls_back_to_the_table_and_says_so(usd: str) -> None:
+    """The documented p5 entry with its USD price replaced: a non-finite price never reaches a cost."""
+    client = _client()
+    with Stubber(client) as stub:
+        stub.add_response(
+            "get_products", _answer(_p5_entry("OnDemand", usd)), _expected_request("p5.48xlarge", "us-east-1")
+        )
+        found, source = prices.price("p5.48xlarge", "us-east-1", client=client)
+    assert found is not None and found.usd_per_hour == 55.04
+    assert source.startswith(
+        f"the Price List API failed (Price List GetProducts PriceList[0]: pricePerUnit.USD = '{usd}'"
+    )
+    assert "is not a finite number); gpuforge/data/prices.yaml" in source
+
+
 def test_without_credentials_the_table_is_used_and_named() -> None:
     found, source = prices.price("p5.48xlarge", "us-east-1", client=None)
     assert found is not None and found.usd_per_hour == 55.04

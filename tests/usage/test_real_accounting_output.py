@@ -27,6 +27,7 @@ from gpuforge.usage.sacct import read_sacct
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "accounting"
 SINCE, UNTIL = "2026-12-04T15:54:00Z", "2026-12-04T15:56:00Z"
+CLUSTER = "gfacct"  # the capture's ClusterName: gpuforge names the cluster after the stack
 
 
 def _table() -> list[dict[str, str]]:
@@ -41,7 +42,7 @@ def _gpu_seconds(row: dict[str, str]) -> int:
 
 
 def _usage(capsys: pytest.CaptureFixture[str], stack: Path, *flags: str | Path) -> dict[str, Any]:
-    name = () if "--stack" in flags else ("--stack", "test")
+    name = () if "--stack" in flags else ("--stack", CLUSTER)
     code = main(["usage", str(stack), *name, "--json", *(str(flag) for flag in flags)])
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -80,7 +81,7 @@ def test_the_json_parses_to_what_sacct_prints_in_its_table() -> None:
 def test_the_report_matches_sacct_per_job_and_per_team(
     capsys: pytest.CaptureFixture[str], make_stack: StackMaker
 ) -> None:
-    stack = make_stack()
+    stack = make_stack(CLUSTER)
     window = ("--since", SINCE, "--until", UNTIL, "--sacct-json", FIXTURES / "sacct-duplicates.json")
     per_job = _usage(capsys, stack, *window, "--by", "job")
     assert {group["name"]: group["gpu_seconds_held"] for group in per_job["groups"]} == {
@@ -104,7 +105,7 @@ def test_the_report_matches_sacct_per_job_and_per_team(
 def test_a_window_cuts_runs_at_its_edges(capsys: pytest.CaptureFixture[str], make_stack: StackMaker) -> None:
     report = _usage(
         capsys,
-        make_stack(),
+        make_stack(CLUSTER),
         "--since",
         SINCE,
         "--until",
@@ -127,7 +128,7 @@ def test_failures_from_the_real_event_history(
 ) -> None:
     report = _usage(
         capsys,
-        make_stack(),
+        make_stack(CLUSTER),
         *("--since", SINCE, "--until", UNTIL),
         *("--sacct-json", FIXTURES / "sacct-duplicates.json", "--events", FIXTURES / "events.txt"),
     )
@@ -159,7 +160,7 @@ def test_a_fixture_with_a_field_removed_or_mistyped_names_it(
         change(document)
         path = tmp_path / "sacct.json"
         path.write_text(json.dumps(document), encoding="utf-8")
-        code = main(["usage", str(make_stack()), "--stack", "test", "--sacct-json", str(path)])
+        code = main(["usage", str(make_stack(CLUSTER)), "--stack", CLUSTER, "--sacct-json", str(path)])
         err = capsys.readouterr().err
         assert code == 2
         assert str(path) in err and re.search(expected, err), err
@@ -192,18 +193,20 @@ def test_useful_idle_and_the_plot_through_the_cli(
     with prometheus_with_history(_history(), tmp_path / "prometheus") as url:
         report = _usage(
             capsys,
-            make_stack(),
+            make_stack(CLUSTER),
             *("--since", SINCE, "--until", UNTIL, "--sacct-json", FIXTURES / "sacct-duplicates.json"),
             *("--prometheus", url, "--plot", plot),
         )
     teams = {group["name"]: group for group in report["groups"]}
     assert teams["llm"]["metrics"] == "prometheus"
     assert teams["llm"]["useful_fraction"] == round((72 + 0.6) / 180, 4)
+    # What the fraction is over: the GPU-seconds Prometheus metered (job 1: 120, job 2: 60).
+    assert teams["llm"]["gpu_hours_metered"] == round(180 / 3600, 4)
     assert teams["llm"]["gpu_hours_idle"] == round(60 / 3600, 4)  # job 2's minute
     assert teams["vision"]["metrics"] == "no metrics" and teams["vision"]["useful_fraction"] is None
     assert report["metrics"]["source"] == f"Prometheus {url}"
     bars = {
-        bar.attrib["data-team"]: {
+        bar.attrib["data-group"]: {
             rect.attrib["data-series"] for rect in bar.iter("{http://www.w3.org/2000/svg}rect")
         }
         for bar in ET.parse(plot).getroot().iter("{http://www.w3.org/2000/svg}g")
@@ -220,7 +223,7 @@ def test_a_capacity_block_costs_its_fee_over_its_hours_and_shows_what_nobody_use
         "start": "2026-12-04T11:30:00Z",
         "end": "2026-12-05T11:30:00Z",
     }
-    stack = make_stack(**{"gpuforge:capacity": block})  # 2 x p5.48xlarge: 16 GPUs for 24 h
+    stack = make_stack(CLUSTER, **{"gpuforge:capacity": block})  # 2 x p5.48xlarge: 16 GPUs for 24 h
     flags = ("--since", SINCE, "--until", UNTIL, "--sacct-json", FIXTURES / "sacct-duplicates.json")
     unpriced = _usage(capsys, stack, *flags)
     assert unpriced["price"]["usd_per_gpu_hour"] is None
@@ -245,7 +248,7 @@ def test_an_odcr_is_reserved_for_the_whole_window_at_the_on_demand_rate(
     capsys: pytest.CaptureFixture[str], make_stack: StackMaker
 ) -> None:
     stack = make_stack(
-        **{"gpuforge:capacity": {"type": "reservation", "reservationId": "cr-09f8e7d6c5b4a3921"}}
+        CLUSTER, **{"gpuforge:capacity": {"type": "reservation", "reservationId": "cr-09f8e7d6c5b4a3921"}}
     )
     report = _usage(
         capsys, stack, "--since", SINCE, "--until", UNTIL, "--sacct-json", FIXTURES / "sacct-duplicates.json"
@@ -260,19 +263,32 @@ def test_an_odcr_is_reserved_for_the_whole_window_at_the_on_demand_rate(
 
 
 def test_the_checkpoint_interval_is_gpuforge_checkpoints_advice(
-    capsys: pytest.CaptureFixture[str], make_stack: StackMaker
+    capsys: pytest.CaptureFixture[str], make_stack: StackMaker, tmp_path: Path
 ) -> None:
     from gpuforge.checkpoint import checkpoint_advice, published
     from gpuforge.stack_config import load_stack_config
 
     flags = ("--since", SINCE, "--until", UNTIL, "--sacct-json", FIXTURES / "sacct-duplicates.json")
     events = ("--events", FIXTURES / "events.txt")
-    without = _usage(capsys, make_stack(), *flags, *events)
+    without = _usage(capsys, make_stack(CLUSTER), *flags, *events)
     assert without["checkpoint"] is None
     assert (
         without["checkpoint_note"]
         == "none: the stack sets no gpuforge:checkpoint (README, 'Checkpoint interval')"
     )
+    # The shipped p5-prod stack's cluster is p5-prod: the same capture, its cluster renamed so.
+    document = json.loads((FIXTURES / "sacct-duplicates.json").read_text(encoding="utf-8"))
+    for job in document["jobs"]:
+        job["cluster"] = "p5-prod"
+    sacct = tmp_path / "sacct.json"
+    sacct.write_text(json.dumps(document), encoding="utf-8")
+    renamed = tmp_path / "events.txt"
+    renamed.write_text(
+        (FIXTURES / "events.txt").read_text(encoding="utf-8").replace(f"{CLUSTER}|", "p5-prod|"),
+        encoding="utf-8",
+    )
+    flags = ("--since", SINCE, "--until", UNTIL, "--sacct-json", sacct)
+    events = ("--events", renamed)
     stack = REPO / "stacks" / "training"
     report = _usage(capsys, stack, "--stack", "p5-prod", *flags, *events)
     config = load_stack_config(stack, "p5-prod")
@@ -296,7 +312,7 @@ def test_a_capacity_block_fee_in_the_stack_prices_the_report_and_the_flag_overri
         "end": "2026-12-05T11:30:00Z",
         "upfrontFeeUsd": 12000,
     }
-    stack = make_stack(**{"gpuforge:capacity": block})  # 2 x p5.48xlarge: 16 GPUs for 24 h
+    stack = make_stack(CLUSTER, **{"gpuforge:capacity": block})  # 2 x p5.48xlarge: 16 GPUs for 24 h
     flags = ("--since", SINCE, "--until", UNTIL, "--sacct-json", FIXTURES / "sacct-duplicates.json")
     report = _usage(capsys, stack, *flags)
     assert report["price"]["usd_per_gpu_hour"] == round(12000 / (24 * 2 * 8), 6)

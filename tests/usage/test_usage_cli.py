@@ -117,7 +117,12 @@ def test_a_window_with_no_jobs_is_a_report_of_zeros(
     code, out, _ = _one_day(capsys, stack, no_jobs, "--json")
     assert code == 0
     report = json.loads(out)
-    assert report["window"] == {"since": "2026-12-01T00:00:00+00:00", "until": "2026-12-02T00:00:00+00:00"}
+    assert report["window"] == {
+        "since": "2026-12-01T00:00:00+00:00",
+        "until": "2026-12-02T00:00:00+00:00",
+        "until_requested": "2026-12-02T00:00:00+00:00",
+        "note": None,
+    }
     assert report["groups"] == []
     assert report["total"]["gpu_seconds_held"] == 0
     assert report["total"]["cost_usd"] == 0.0

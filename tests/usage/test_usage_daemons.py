@@ -123,10 +123,11 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AccountingCl
 
         cluster.wait_for("the jobs in sacct", in_sacct)
         until = time.time() + 2
+        # The stack is named after the cluster, as gpuforge names every Slurm cluster after its stack.
         stack = write_stack(
-            base / "stack", "test", slurm_stack(**{"gpuforge:monitoring": {"enabled": False}})
+            base / "stack", acct.spec.name, slurm_stack(**{"gpuforge:monitoring": {"enabled": False}})
         )
-        argv = [str(REPO / ".venv/bin/gpuforge"), "usage", str(stack), "--stack", "test", "--json"]
+        argv = [str(REPO / ".venv/bin/gpuforge"), "usage", str(stack), "--stack", acct.spec.name, "--json"]
         window = ["--since", _utc(since), "--until", _utc(until)]
         env = {
             "AWS_EC2_METADATA_DISABLED": "true",
@@ -168,9 +169,9 @@ def test_usage_matches_sacct_to_the_second(ran: tuple[AccountingCluster, dict[st
     per_job = {group["name"]: group["gpu_seconds_held"] for group in reports["job"]["groups"]}
     assert per_job == {job: seconds for job, (_, seconds) in truth.items() if seconds}
     for (_, _, gpus, seconds, _), held in zip(JOBS, per_job.values(), strict=False):
-        assert (
-            gpus * seconds <= held <= gpus * (seconds + 2)
-        )  # the known duration, and a second or two of start-up
+        # At least the job's sleep; how much start-up adds depends on the machine's load (6 s for a
+        # `sleep 3` was seen on a loaded 2-core machine), and sacct's own table above is the exact figure.
+        assert gpus * seconds <= held
     teams = {group["name"]: group["gpu_seconds_held"] for group in reports["team"]["groups"]}
     expected: dict[str, int] = {}
     for account, seconds in truth.values():
