@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from gpuforge.errors import InputError
+from gpuforge.flag_types import plain
 
 # nccl-tests and dcgmi outputs are text of a few hundred KiB at most, even with NCCL_DEBUG=INFO.
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
@@ -63,7 +66,7 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--diag-level",
-        type=int,
+        type=plain(int),
         choices=(1, 2, 3, 4),
         default=1,
         metavar="N",
@@ -79,7 +82,7 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--plot", type=Path, metavar="FILE", help="write busbw against message size as SVG")
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=plain(float),
         default=900.0,
         metavar="S",
         help="seconds each step may take (default: %(default)s)",
@@ -111,7 +114,7 @@ def _report_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--nodes",
         required=True,
-        type=int,
+        type=plain(int),
         metavar="N",
         help="nodes the all_reduce_perf runs spanned (1: NVLink only)",
     )
@@ -259,6 +262,29 @@ def _run_kubernetes(args: argparse.Namespace, config: Any) -> int:
     return _emit(report, args)
 
 
+def shown_names(paths: Sequence[Path]) -> list[str]:
+    """How the report (text, JSON, plot) names each file: relative to the working directory when it is under
+    it, as a CI job names its files; else its name, with as many parent folders as tell it from the others.
+
+    Never absolute: the JSON travels beyond the machine that ran it (CI artifacts, tickets), where
+    /home/<user>/... or /builds/<runner>/... means nothing and says who ran it where."""
+    here = Path.cwd()
+    absolute = [Path(os.path.normpath(path.absolute())) for path in paths]  # ".." folded, links kept
+    names: list[str] = []
+    for path in absolute:
+        if path.is_relative_to(here) and path != here:
+            names.append(str(path.relative_to(here)))
+            continue
+        others = {other for other in absolute if other != path and not other.is_relative_to(here)}
+        depth = 1
+        while depth < len(path.parts) - 1 and any(
+            other.parts[-depth:] == path.parts[-depth:] for other in others
+        ):
+            depth += 1
+        names.append(str(Path(*path.parts[-depth:])))
+    return names
+
+
 def read_output(path: Path) -> str:
     """A saved output's text, or an error naming the file and the fix."""
     from gpuforge.loading import read_text
@@ -285,7 +311,9 @@ def _report(args: argparse.Namespace) -> int:
         )
     floors = floors_for(args.instance_type)
     instance = hardware.get(args.instance_type)
-    texts = [(str(path), read_output(path)) for path in args.files]
+    texts = [
+        (name, read_output(path)) for name, path in zip(shown_names(args.files), args.files, strict=True)
+    ]
     report = judge_files(texts, floors, args.nodes, gpus_per_node=instance.gpu_count)
     # NCCL's transport, from its INFO lines where the saved output has them (gpuforge.validate.transport).
     by_file = dict(texts)

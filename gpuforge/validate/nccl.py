@@ -14,7 +14,7 @@ run starts at a header after rows, or where a row's size does not grow (a sweep 
 A run is a failure, never a pass, when: a row cannot be read (the problem names its line); a
 number is not finite or is negative; a row's `#wrong` is above 0, or N/A (not checked);
 nccl-tests reports out-of-bounds values; a NCCL WARN line or a test failure is printed; a size
-the header promises is missing; the closing line is absent (the run died or the file was cut);
+the header promises is missing; the closing line is absent (the output ends before it: the run died or the file was cut);
 or the output is of another collective (its header names another binary, or its rows have a
 root, no reduction, or a count that is not the size over the type's width, as all_gather and
 reduce_scatter print).
@@ -99,6 +99,7 @@ class NcclRun:
     ranks: dict[int, str] = field(default_factory=dict)  # rank -> host, from '#  Rank r ... on host'
     header_seen: bool = False
     finished: bool = False
+    last_line: int = 0  # the last line of the file read into this run (where a cut file ends)
     blank: bool = False  # nothing of nccl-tests in it at all (set when the run is closed)
 
     def busbw_at(self, size: int) -> float | None:
@@ -217,7 +218,8 @@ def _close(run: NcclRun) -> None:
         )
     elif not run.finished:
         run.problems.append(
-            "no closing '# Avg bus bandwidth' line: the run died before the end, or the file is cut"
+            f"output ends before the summary line ('# Avg bus bandwidth'), after line {run.last_line}: the run "
+            "died before the end, or the file is cut"
         )
 
 
@@ -232,6 +234,7 @@ def parse_nccl(text: str) -> list[NcclRun]:
         if (collective and (run.collective or run.rows)) or (header and (run.header_seen or run.rows)):
             run = NcclRun(line=number)
             runs.append(run)
+        run.last_line = number
         for failure in _FAILURES:
             found = failure.search(line)
             if found:
@@ -279,7 +282,8 @@ def parse_nccl(text: str) -> list[NcclRun]:
         row, problems = parsed
         if run.finished or (run.rows and row.bytes <= run.rows[-1].bytes):
             # A size that does not grow, or a row after the closing line: a second sweep begins.
-            run = NcclRun(line=number)
+            run.last_line = number - 1
+            run = NcclRun(line=number, last_line=number)
             runs.append(run)
         run.problems.extend(f"line {number}: {problem}" for problem in problems)
         run.rows.append(row)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from html import escape
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuforge.svg import document
@@ -189,6 +188,29 @@ def judge_files(
     return report
 
 
+def verdict_parts(item: NcclVerdict) -> tuple[str, str | None]:
+    """The figure judged with its verdict, and what failed when the figure itself met the floor: a cut file
+    that reads "440.96 GB/s: FAIL" says nothing of why."""
+    if item.busbw_large is None:
+        return f"none: {_verdict(item.passed).upper()}", None
+    figure = f"{item.busbw_large:.2f} GB/s"
+    if item.passed:
+        return f"{figure} (floor {item.floor:.2f}): PASS", None
+    if item.busbw_large < item.floor:
+        return f"{figure}, below the floor of {item.floor:.2f}: FAIL", None
+    more = len(item.problems) - 1
+    return (
+        f"{figure} meets the floor of {item.floor:.2f}, but FAIL",
+        item.problems[0] + (f" (and {more} more)" if more else ""),
+    )
+
+
+def headline(item: NcclVerdict) -> str:
+    """`verdict_parts` on one line: the terminal's verdict line."""
+    verdict, why = verdict_parts(item)
+    return verdict if why is None else f"{verdict}: {why}"
+
+
 def render_text(report: Report) -> str:
     """The terminal view: per size algbw and busbw, the large-message verdict, per node the diag."""
     lines: list[str] = []
@@ -199,8 +221,7 @@ def render_text(report: Report) -> str:
         lines.append(f"  {'bytes':>12} {'algbw GB/s':>11} {'busbw GB/s':>11} {'#wrong':>7}")
         for row in item.run.rows:
             lines.append(f"  {row.bytes:>12} {row.algbw:>11.2f} {row.busbw:>11.2f} {row.wrong:>7}")
-        large = "none" if item.busbw_large is None else f"{item.busbw_large:.2f} GB/s"
-        lines.append(f"  busbw at {report.floors.message_bytes} B: {large}: {_verdict(item.passed).upper()}")
+        lines.append(f"  busbw at {report.floors.message_bytes} B: {headline(item)}")
         if item.transport is not None:
             lines.append(f"  transport: {item.transport.summary()}")
         lines.extend(f"  - {problem}" for problem in item.problems)
@@ -218,15 +239,18 @@ def render_text(report: Report) -> str:
 
 
 def render_svg(report: Report, *, width: int = 720, height: int = 420) -> str:
-    """busbw against message size (log2 axis) for every nccl-tests run, with the floor as a dashed line."""
+    """busbw against message size (log2 axis) for every nccl-tests run, with the floor marked where it is
+    judged (one message size, not a line across every size), and each run's verdict, and what failed, in its
+    legend."""
     margin = 60
     rows = [row for item in report.nccl for row in item.run.rows if row.bytes > 0]
     floor = report.floors.floor(report.nodes)
+    judged = report.floors.message_bytes
     if not rows:
         return document(
             width, height, [f'<text x="{margin}" y="{height // 2}">no nccl-tests rows to plot</text>']
         )
-    lows = [row.bytes.bit_length() - 1 for row in rows]
+    lows = [row.bytes.bit_length() - 1 for row in rows] + [judged.bit_length() - 1]
     x_min, x_max = min(lows), max(max(lows), min(lows) + 1)
     y_max = max(max(row.busbw for row in rows), floor) * 1.1
 
@@ -236,11 +260,14 @@ def render_svg(report: Report, *, width: int = 720, height: int = 420) -> str:
     def y(busbw: float) -> float:
         return height - margin - busbw / y_max * (height - 2 * margin)
 
+    at, level = x(judged), y(floor)
     parts = [
         f'<line x1="{margin}" y1="{height - margin}" x2="{width - margin}" y2="{height - margin}" stroke="black"/>',
         f'<line x1="{margin}" y1="{margin}" x2="{margin}" y2="{height - margin}" stroke="black"/>',
-        f'<line x1="{margin}" y1="{y(floor):.1f}" x2="{width - margin}" y2="{y(floor):.1f}" stroke="red" stroke-dasharray="6,4"/>',
-        f'<text x="{width - margin}" y="{y(floor) - 4:.1f}" text-anchor="end" fill="red">floor {floor:.1f} GB/s</text>',
+        # The floor holds at one size: a mark there, and a faint guide down to that size on the axis.
+        f'<line class="floor" x1="{at - 12:.1f}" y1="{level:.1f}" x2="{at + 12:.1f}" y2="{level:.1f}" stroke="red" stroke-width="3"/>',
+        f'<line x1="{at:.1f}" y1="{level:.1f}" x2="{at:.1f}" y2="{height - margin}" stroke="red" stroke-dasharray="2,4"/>',
+        f'<text x="{at - 16:.1f}" y="{level - 6:.1f}" text-anchor="end" fill="red">floor {floor:.1f} GB/s at {judged} B</text>',
         f'<text x="{width / 2}" y="{height - 15}" text-anchor="middle">message size (bytes, log2)</text>',
         f'<text x="15" y="{height / 2}" transform="rotate(-90 15 {height / 2})" text-anchor="middle">busbw GB/s (in place)</text>',
     ]
@@ -249,11 +276,28 @@ def render_svg(report: Report, *, width: int = 720, height: int = 420) -> str:
             f'<text x="{x(1 << exponent):.1f}" y="{height - margin + 15}" text-anchor="middle" font-size="10">2^{exponent}</text>'
         )
     colours = ["#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    row = 0  # legend lines drawn so far
     for index, item in enumerate(report.nccl):
         points = " ".join(f"{x(row.bytes):.1f},{y(row.busbw):.1f}" for row in item.run.rows if row.bytes > 0)
         colour = colours[index % len(colours)]
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>')
-        parts.append(
-            f'<text x="{margin + 10}" y="{margin + 15 * (index + 1)}" fill="{colour}">{escape(Path(item.file).name)}</text>'
-        )
+        if item.busbw_large is not None:
+            parts.append(f'<circle cx="{at:.1f}" cy="{y(item.busbw_large):.1f}" r="4" fill="{colour}"/>')
+        where = f"{item.file}{f' line {item.line}' if item.line > 1 else ''}"
+        verdict, why = verdict_parts(item)
+        legend = [f"{where}: {verdict}", *([] if why is None else [f"  {why}"])]
+        for text in legend:
+            row += 1
+            parts.append(
+                f'<text x="{margin + 10}" y="{margin + 15 * row}" fill="{colour}" xml:space="preserve">'
+                f"{escape(_short(text, _LEGEND_CHARS))}</text>"
+            )
     return document(width, height, parts)
+
+
+# A legend line's characters at 12 px sans-serif within the 600 px of the plot area.
+_LEGEND_CHARS = 100
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -29,7 +29,8 @@ def test_srun_prefixed_rows_parse_and_a_missing_trailer_is_a_truncated_run() -> 
     assert run.busbw_at(GIB) == 440.96
     assert len(run.rows) == 32
     assert run.problems == [
-        "no closing '# Avg bus bandwidth' line: the run died before the end, or the file is cut"
+        "output ends before the summary line ('# Avg bus bandwidth'), after line 34: the run died before the "
+        "end, or the file is cut"
     ]
 
 
@@ -70,10 +71,12 @@ def test_a_size_the_header_promises_is_missing() -> None:
 
 def test_a_run_cut_mid_sweep_names_the_first_missing_size_and_the_missing_trailer() -> None:
     text = _text("nccl-h100-2node-gcp-a3mega.txt")
-    (run,) = parse_nccl(text[: text.index("   134217728")])
+    cut = text[: text.index("   134217728")]
+    (run,) = parse_nccl(cut)
     assert run.problems == [
         "7 size(s) the header promises are missing, first 134217728 bytes: the run stopped early",
-        "no closing '# Avg bus bandwidth' line: the run died before the end, or the file is cut",
+        f"output ends before the summary line ('# Avg bus bandwidth'), after line {len(cut.splitlines())}: the "
+        "run died before the end, or the file is cut",
     ]
 
 

@@ -71,7 +71,7 @@ def test_a_sweep_restarting_without_a_header_is_a_second_run(
     rows = [line for line in H100_TEXT.splitlines() if line.startswith("           8 ")]
     code, data = _report(tmp_path, capsys, H100_TEXT + "\n".join(rows) + "\n")
     assert code == 1 and len(data["nccl"]) == 2  # type: ignore[arg-type]
-    assert any("no closing '# Avg bus bandwidth' line" in problem for problem in _problems(data))
+    assert any("output ends before the summary line" in problem for problem in _problems(data))
 
 
 @pytest.mark.parametrize(
