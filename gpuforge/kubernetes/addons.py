@@ -282,10 +282,30 @@ KUEUE_FRAMEWORKS: tuple[str, ...] = (
 )
 
 
+# Resources Kueue leaves out of quotas and admission (Configuration `resources.excludeResourcePrefixes`: a resource
+# is dropped from a workload's requests when its name starts with one of these, kubernetes-sigs/kueue
+# pkg/workload/workload.go dropExcludedResources at tag v0.17.6, commit 7ed46abf7ed7e211bc51956c852e0ffa8153efa4;
+# https://kueue.sigs.k8s.io/docs/reference/kueue-config.v1beta2/#Resources). Every other resource a pod requests
+# must be covered by its team's ClusterQueue (gpuforge.kubernetes.kueue.COVERED_RESOURCES), or Kueue leaves the
+# workload pending for good ("resource X unavailable in ClusterQueue"). Each excluded on purpose:
+KUEUE_EXCLUDED_RESOURCE_PREFIXES: tuple[str, ...] = (
+    # The node's own disk for container layers, logs and emptyDir: its size is the root volume's, not a figure of
+    # the instance type (training data lives on /fsx and /scratch, not here), and the kubelet already evicts a pod
+    # that writes past its request. A team quota would ration what no GPU waits on.
+    "ephemeral-storage",
+    # A node-local pool the image reserves at boot (2 MiB pages, images/scripts/80-system.sh) for libfabric's EFA
+    # buffers: each EFA pod on a node takes a slice, and kube-scheduler places a pod only where its slice is free.
+    # It is not something teams trade: a team's GPU quota already bounds how many EFA pods it runs. Caveat: a pod
+    # asking for more than one node's pool is admitted by Kueue and stays Pending ("Insufficient hugepages-2Mi").
+    "hugepages-",
+)
+
+
 def kueue_manager_config() -> dict[str, Any]:
     """Kueue's Configuration as the chart's default at v0.17.6 (its commented-out options left out), with the
-    integrations of KUEUE_FRAMEWORKS. The chart takes it as one YAML string and adds its own certificate
-    settings (templates/manager/manager-config.yaml), so it is written whole."""
+    integrations of KUEUE_FRAMEWORKS and the resources of KUEUE_EXCLUDED_RESOURCE_PREFIXES excluded. The chart
+    takes it as one YAML string and adds its own certificate settings (templates/manager/manager-config.yaml),
+    so it is written whole."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -305,6 +325,7 @@ def kueue_manager_config() -> dict[str, Any]:
         },
         "clientConnection": {"qps": 50, "burst": 100},
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        "resources": {"excludeResourcePrefixes": list(KUEUE_EXCLUDED_RESOURCE_PREFIXES)},
     }
 
 

@@ -8,8 +8,21 @@ Read from the same `gpuforge:scheduler` teams and qos blocks the Slurm path turn
 - a `ResourceFlavor` per GPU node group, selecting its nodes by the node-group label and
   tolerating the GPU taint;
 - per team a `Namespace`, a `ClusterQueue` whose nominal `nvidia.com/gpu` quota is the team's
-  gpuQuota, all in one cohort so idle quota is borrowed and reclaimed, and a `LocalQueue`;
-- per QOS a Kueue `WorkloadPriorityClass` and a core `PriorityClass` with its priority.
+  gpuQuota, and whose CPU, memory and EFA quotas are the same share of the node group's
+  (`team_quotas`), all in one cohort so idle quota is borrowed and reclaimed, and a `LocalQueue`;
+- per QOS a Kueue `WorkloadPriorityClass` and a core `PriorityClass` with its priority;
+- `gpuforge-acceptance`, both kinds again, above every QOS: the priority of `gpuforge validate`'s Jobs.
+
+What Kueue counts: every resource a pod requests must be covered by its ClusterQueue or excluded in
+Kueue's configuration, or Kueue leaves the workload pending for good ("couldn't assign flavors to pod
+set main: resource X unavailable in ClusterQueue": kubernetes-sigs/kueue
+pkg/scheduler/flavorassigner/flavorassigner.go, findFlavorForPodSets, at tag v0.17.6, commit
+7ed46abf7ed7e211bc51956c852e0ffa8153efa4; "By default, administrators must specify all resources required
+by Pods in the ClusterQueues `.spec.resourceGroups[*]`", https://kueue.sigs.k8s.io/docs/tasks/manage/administer_cluster_quotas/#exclude-arbitrary-resources-in-the-quota-management).
+`COVERED_RESOURCES` are covered, with quotas; `gpuforge.kubernetes.addons.KUEUE_EXCLUDED_RESOURCE_PREFIXES`
+are excluded, each with its reason there; `pods` is neither, on purpose: Kueue counts a workload's pods
+only where a ClusterQueue covers `pods` (flavorassigner.go, assignFlavors, same commit), and no pod may
+request it (https://kueue.sigs.k8s.io/docs/concepts/workload/#reserved-resource-names).
 
 Kueue preempts by priority alone: a workload may preempt any of lower priority. The QOS block
 says who preempts whom; where that cannot be said with priorities alone, rendering refuses
@@ -25,16 +38,29 @@ from typing import Any, Protocol
 from gpuforge.errors import InputError
 from gpuforge.hardware import InstanceType
 from gpuforge.kubernetes.addons import pins
+from gpuforge.node.context import expects_efa
 from gpuforge.scheduler import reserved
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # EKS labels nodes from DescribeInstanceTopology (cloud-provider-aws #1038); layer 1 is the top.
 LAYER_LABEL = "topology.k8s.aws/network-node-layer-{}"
 GPU_RESOURCE = "nvidia.com/gpu"
+# The EFA device plugin's resource (gpuforge.kubernetes.addons.efa_device_plugin): one per EFA interface.
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+# What every team's ClusterQueue covers, in one resource group: they are one node group's, so Kueue must give
+# them the same flavor ("To tie two or more resources to the same set of flavors, list them in the same resource
+# group", https://kueue.sigs.k8s.io/docs/concepts/cluster_queue/#resource-groups).
+COVERED_RESOURCES = (GPU_RESOURCE, EFA_RESOURCE, "cpu", "memory")
 _KUEUE_PREEMPTION = "https://kueue.sigs.k8s.io/docs/concepts/preemption/"
 # Priorities above this are reserved for system classes: kubernetes/kubernetes
 # pkg/apis/scheduling/types.go, HighestUserDefinablePriority = int32(1000000000).
 MAX_USER_PRIORITY = 1_000_000_000
+# `gpuforge validate`'s Jobs run at the highest priority a user class may have, and every QOS must be below it:
+# Kueue preempts only workloads of lower priority, within a ClusterQueue and when borrowing
+# (ClusterQueue .spec.preemption, withinClusterQueue and borrowWithinCohort LowerPriority:
+# https://kueue.sigs.k8s.io/docs/concepts/preemption/), so no team job can preempt an acceptance run that way.
+ACCEPTANCE_PRIORITY_CLASS = reserved.ACCEPTANCE_PRIORITY_CLASS
+ACCEPTANCE_PRIORITY = MAX_USER_PRIORITY
 
 
 class TeamLike(Protocol):
@@ -131,12 +157,15 @@ def check_preemption(qos: Sequence[QosLike]) -> bool:
     priority(A) > priority(B), and a higher priority that does not preempt a lower one cannot be said.
     """
     for item in qos:
-        if item.priority > MAX_USER_PRIORITY:
+        if item.priority >= ACCEPTANCE_PRIORITY:
             raise InputError(
-                f"gpuforge:scheduler.qos[{item.name}].priority: {item.priority} is above what Kubernetes lets a "
-                f"user priority class have (rule: at most {MAX_USER_PRIORITY}; higher values are reserved for "
-                "system classes, kubernetes pkg/apis/scheduling/types.go HighestUserDefinablePriority). "
-                f"Fix: scale the QOS priorities down to at most {MAX_USER_PRIORITY}, keeping their order."
+                f"gpuforge:scheduler.qos[{item.name}].priority: {item.priority} is not below gpuforge's acceptance "
+                f"class {ACCEPTANCE_PRIORITY_CLASS} ({ACCEPTANCE_PRIORITY}, the highest Kubernetes lets a user "
+                "priority class have: higher values are reserved for system classes, kubernetes "
+                "pkg/apis/scheduling/types.go HighestUserDefinablePriority), which `gpuforge validate`'s Jobs run at "
+                "so that no team job preempts them (rule: at most "
+                f"{ACCEPTANCE_PRIORITY - 1}). Fix: scale the QOS priorities down to at most {ACCEPTANCE_PRIORITY - 1}, "
+                "keeping their order."
             )
     by_name = {item.name: item for item in qos}
     preempting = any(item.preempts for item in qos)
@@ -174,22 +203,87 @@ def _preemption(preempts: bool) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class NodeResources:
+    """What one node of a type offers the pods Kueue admits, from the hardware catalog (one source of facts).
+
+    The type's capacity as AWS describes it (DescribeInstanceTypes): GPUs, vCPUs, memory, and the EFA
+    interfaces gpuforge attaches (every one the type has: gpuforge.node.context.expects_efa). The kubelet's
+    allocatable is this less what it keeps back: gpuforge's KubeletConfiguration reserves no CPU or memory
+    (components/eks_join.py sets no kubeReserved or systemReserved), so that is the kernel's own memory, the
+    image's huge pages (images/scripts/80-system.sh) and the kubelet's eviction threshold, which only the
+    running node knows. Quotas are a team's share of the pool; whether a pod fits a node is checked against
+    each Node's own allocatable by Kueue's topology-aware scheduling (every gpuforge flavor names a Topology:
+    `resource_flavor`) and by kube-scheduler.
+    """
+
+    gpus: int
+    efa: int
+    cpu_millis: int
+    memory_mib: int
+
+
+def node_resources(instance_type: InstanceType) -> NodeResources:
+    """One node of `instance_type`: what Kueue's quotas are shares of, and what `gpuforge validate` requests."""
+    return NodeResources(
+        gpus=instance_type.gpu_count,
+        efa=len(instance_type.efa_cards) if expects_efa(instance_type) else 0,
+        cpu_millis=instance_type.vcpus * 1000,
+        memory_mib=instance_type.memory_mib,
+    )
+
+
+def _share(per_node: int, gpu_quota: int, gpus: int) -> int:
+    """`per_node` x gpu_quota / gpus, rounded up: a quota of whole GPUs never lacks the rest of their share."""
+    return -(-per_node * gpu_quota // gpus)
+
+
+def _cpu_quantity(millis: int) -> int | str:
+    return millis // 1000 if millis % 1000 == 0 else f"{millis}m"
+
+
+def team_quotas(gpu_quota: int, instance_type: InstanceType) -> dict[str, int | str]:
+    """A team's nominal quota of each of COVERED_RESOURCES: its gpuQuota, and of the rest the same share of the
+    node group's as its GPUs are (per GPU, a node's CPUs, memory and EFA interfaces divided by its GPUs).
+
+    Why covered, not excluded: a quota in step with the GPUs is what keeps one team's CPU and memory from
+    starving GPUs. Were CPU and memory excluded, Kueue would admit any team's CPU-heavy pods onto GPU nodes
+    (the flavor tolerates the GPU taint) until kube-scheduler found no node with CPUs or memory left beside
+    idle GPUs, and Kueue's topology-aware scheduling would place pods without looking at either. With every
+    team's share in proportion, the teams' quotas add up to the node group's when their gpuQuotas add up to
+    its GPUs, and a team using all its CPU or memory quota holds no more of a node than its GPU share.
+    EFA likewise: covered with the node's interfaces per GPU, so a team's EFA quota is never what holds back a
+    job its GPU quota admits, and Kueue places an EFA pod only on a node that offers the interfaces; on a type
+    without EFA the quota is 0, and Kueue says a pod asking for one exceeds it.
+    """
+    node = node_resources(instance_type)
+    if node.gpus < 1:
+        raise InputError(
+            f"instance type {instance_type.name} has no GPUs: Kueue's quotas are shares of a GPU node group. "
+            "Fix: give the cluster a GPU instance type from gpuforge's catalog."
+        )
+    return {
+        GPU_RESOURCE: gpu_quota,
+        EFA_RESOURCE: _share(node.efa, gpu_quota, node.gpus),
+        "cpu": _cpu_quantity(_share(node.cpu_millis, gpu_quota, node.gpus)),
+        "memory": f"{_share(node.memory_mib, gpu_quota, node.gpus)}Mi",
+    }
+
+
 def cluster_queue(
     cluster: str, team: TeamLike, groups: Sequence[GpuNodeGroup], *, preempts: bool
 ) -> dict[str, Any]:
-    """The team's ClusterQueue: nominal nvidia.com/gpu = gpuQuota, borrowing idle quota in the cohort.
-
-    Only GPUs are counted: CPU and memory of a GPU node come with its GPUs, and a quota on them would
-    be a second limit the Slurm accounts do not have.
-    """
+    """The team's ClusterQueue: nominal nvidia.com/gpu = gpuQuota, CPU, memory and EFA in step with it
+    (`team_quotas`), borrowing idle quota in the cohort."""
     name = dns_label(team.name, field=f"gpuforge:scheduler.teams[{team.name}].name")
     if len(groups) != 1:
         # gpuQuota is one figure over the cluster; per-flavor quotas would multiply it.
         raise ValueError(f"a team's GPU quota is rendered for exactly one GPU node group, not {len(groups)}")
-    flavors = [
-        {"name": flavor_name(group), "resources": [{"name": GPU_RESOURCE, "nominalQuota": team.gpu_quota}]}
-        for group in groups
-    ]
+    flavors = []
+    for group in groups:
+        quotas = team_quotas(team.gpu_quota, group.instance_type)
+        resources = [{"name": resource, "nominalQuota": quotas[resource]} for resource in COVERED_RESOURCES]
+        flavors.append({"name": flavor_name(group), "resources": resources})
     return {
         "apiVersion": _api(),
         "kind": "ClusterQueue",
@@ -198,7 +292,7 @@ def cluster_queue(
             "cohortName": cohort_name(cluster),
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}},
             "queueingStrategy": "BestEffortFIFO",
-            "resourceGroups": [{"coveredResources": [GPU_RESOURCE], "flavors": flavors}],
+            "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}],
             "preemption": _preemption(preempts),
         },
     }
@@ -241,4 +335,34 @@ def priority_class(item: QosLike) -> dict[str, Any]:
         "globalDefault": False,
         "preemptionPolicy": "PreemptLowerPriority" if item.preempts else "Never",
         "description": f"gpuforge QOS {item.name}",
+    }
+
+
+def acceptance_workload_priority_class() -> dict[str, Any]:
+    """The priority Kueue admits and preempts `gpuforge validate`'s Jobs by (their `kueue.x-k8s.io/priority-class`
+    label: Kueue reads a WorkloadPriorityClass from that label before the pods' priorityClassName,
+    https://kueue.sigs.k8s.io/docs/concepts/workload_priority_class/; jobframework.ExtractPriority at tag v0.17.6)."""
+    return {
+        "apiVersion": _api(),
+        "kind": "WorkloadPriorityClass",
+        "metadata": {"name": ACCEPTANCE_PRIORITY_CLASS},
+        "value": ACCEPTANCE_PRIORITY,
+        "description": "gpuforge validate: the acceptance runs, above every team QOS",
+    }
+
+
+def acceptance_priority_class() -> dict[str, Any]:
+    """The acceptance pods' own priority, above every QOS's, so the kubelet evicts them last under node pressure.
+
+    preemptionPolicy Never: Kueue has made room before it admits the Job (preempting lower workloads where the
+    ClusterQueue allows); kube-scheduler preempting pods on top would evict pods of workloads Kueue counts as
+    admitted."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": ACCEPTANCE_PRIORITY_CLASS},
+        "value": ACCEPTANCE_PRIORITY,
+        "globalDefault": False,
+        "preemptionPolicy": "Never",
+        "description": "gpuforge validate: the acceptance runs, above every team QOS",
     }

@@ -141,6 +141,7 @@ def render_addons(
         objects.append(kueue.local_queue(team))
     for item in qos:
         objects += [kueue.workload_priority_class(item), kueue.priority_class(item)]
+    objects += [kueue.acceptance_workload_priority_class(), kueue.acceptance_priority_class()]
     objects += node_agent.objects()  # the identity the node agent drains its node with
     index: dict[str, Any] = {"cluster": cluster, "addons": {}}
     files: dict[str, str] = {}

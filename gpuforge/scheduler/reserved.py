@@ -45,6 +45,9 @@ SYSTEM_NAMESPACE_PREFIX = "kube-"
 # refuses such a class (https://github.com/kubernetes/kubernetes/pull/59382, SystemPriorityClassPrefix), and
 # Kubernetes ships system-cluster-critical and system-node-critical.
 SYSTEM_PRIORITY_PREFIX = "system-"
+# gpuforge's own PriorityClass and WorkloadPriorityClass, that `gpuforge validate`'s Jobs run at
+# (gpuforge.kubernetes.kueue.acceptance_priority_class): a QOS of that name would take it over.
+ACCEPTANCE_PRIORITY_CLASS = "gpuforge-acceptance"
 # Kueue manages no job in kube-system or in its own namespace unless its configuration says otherwise (its
 # default managedJobsNamespaceSelector is `kubernetes.io/metadata.name NotIn [kube-system, <Kueue's namespace>]`:
 # kubernetes-sigs/kueue apis/config/v1beta2/defaults.go, commit 2601150557765691ed47b97c9298d29949767a0a), so a
@@ -171,6 +174,14 @@ def priority_class_problem(field: str, name: str) -> Problem | None:
             "(the API server refuses it)",
             f"rename the QOS (e.g. {name.removeprefix(SYSTEM_PRIORITY_PREFIX) or 'critical'}-jobs)",
             PRIORITY_DOC,
+        )
+    if name == ACCEPTANCE_PRIORITY_CLASS:
+        return Problem(
+            field,
+            name,
+            what + "gpuforge's own class, the priority `gpuforge validate` runs its acceptance Jobs at",
+            "rename the QOS",
+            "gpuforge/kubernetes/kueue.py, acceptance_priority_class",
         )
     return dns_label_problem(field, name, what + "not a Kubernetes object name")
 

@@ -15,7 +15,12 @@ is the other way to launch its runs (`KubernetesLauncher`, a `Launcher` like `Sl
   builds them), and Kueue admits a Job's pods as one gang.
 
 Every workload carries the team's LocalQueue (`kueue.x-k8s.io/queue-name`) and is created
-suspended, so nothing runs until Kueue admits it. A pair whose two nodes share the lowest
+suspended, so nothing runs until Kueue admits it. It runs at gpuforge's acceptance priority
+(`kueue.x-k8s.io/priority-class: gpuforge-acceptance`, the WorkloadPriorityClass Kueue admits and
+preempts by, and the pods' priorityClassName of the same name: gpuforge.kubernetes.kueue), above every
+team QOS, so no team job preempts it by priority. A Job that has not finished by the deadline is
+reported with its Workload's state: why Kueue holds it (the QuotaReserved condition's reason and
+message, e.g. "couldn't assign flavors to pod set main: ..."), or that it was admitted and still ran. A pair whose two nodes share the lowest
 network-node layer's label gets `kueue.x-k8s.io/podset-required-topology` at that layer (one
 switch); other groups get the preferred form, so a later round's cross-switch pair is not left
 pending forever.
@@ -47,18 +52,28 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuforge.display import cut
 from gpuforge.errors import InputError
 from gpuforge.hardware import InstanceType
 from gpuforge.kubernetes.addons import Image, pins
-from gpuforge.kubernetes.kueue import GPU_RESOURCE, HOSTNAME_LABEL, LAYER_LABEL
-from gpuforge.node.context import expects_efa
+from gpuforge.kubernetes.kueue import (
+    ACCEPTANCE_PRIORITY_CLASS,
+    EFA_RESOURCE,
+    GPU_RESOURCE,
+    HOSTNAME_LABEL,
+    LAYER_LABEL,
+    node_resources,
+)
 from gpuforge.validate import kubernetes_mpi
 from gpuforge.validate.run import PROFILE_PAUSE, PROFILE_RESUME, Outputs, Plan
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Kueue takes a Job's priority from this label's WorkloadPriorityClass before its pods' priorityClassName
+# (https://kueue.sigs.k8s.io/docs/concepts/workload_priority_class/); Kueue labels a Job's Workload with the Job's uid.
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
 RUN_LABEL = "gpuforge.dev/acceptance"
 _DIGEST_REF = re.compile(r"(?P<repository>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})")
 POLL_S = 5.0
@@ -93,7 +108,11 @@ class Workloads:
 
 
 def labels(settings: Workloads) -> dict[str, str]:
-    return {QUEUE_LABEL: settings.queue, RUN_LABEL: settings.run_id}
+    return {
+        QUEUE_LABEL: settings.queue,
+        PRIORITY_LABEL: ACCEPTANCE_PRIORITY_CLASS,
+        RUN_LABEL: settings.run_id,
+    }
 
 
 def _env(values: Mapping[str, str]) -> list[dict[str, str]]:
@@ -103,14 +122,19 @@ def _env(values: Mapping[str, str]) -> list[dict[str, str]]:
 def _gpu_pod_spec(
     plan: Plan, settings: Workloads, command: list[str], env: Mapping[str, str]
 ) -> dict[str, Any]:
-    """A container on all of a node's GPUs and EFA interfaces, with /dev/shm for NCCL and the GPU taint tolerated."""
-    instance = plan.instance_type
-    amounts = {GPU_RESOURCE: str(instance.gpu_count)}
-    if expects_efa(instance):
-        amounts[EFA_RESOURCE] = str(len(instance.efa_cards))
+    """A container on all of a node's GPUs and EFA interfaces, with /dev/shm for NCCL and the GPU taint tolerated.
+
+    No CPU or memory request: the node's own pods (device plugins, dcgm-exporter, the node agent) hold some of
+    both, so a request of the node's whole share would fit no node, and the run needs no guarantee beyond the
+    node's GPUs, which it holds whole."""
+    node = node_resources(plan.instance_type)
+    amounts = {GPU_RESOURCE: str(node.gpus)}
+    if node.efa:
+        amounts[EFA_RESOURCE] = str(node.efa)
     taint = pins().gpu_taint
     return {
         "restartPolicy": "Never",
+        "priorityClassName": ACCEPTANCE_PRIORITY_CLASS,
         "tolerations": [{"key": taint.key, "operator": "Exists", "effect": taint.effect}],
         "containers": [
             {
@@ -228,6 +252,25 @@ class Cluster:
         found = resource.get(name=obj["metadata"]["name"], namespace=obj["metadata"]["namespace"]).to_dict()
         return list((found.get("status") or {}).get("conditions") or [])
 
+    def workload_conditions(self, job: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """The conditions of the Kueue Workload made for `job` (labelled with the Job's uid), or None if there is none.
+
+        The Workload is read at the API version gpuforge renders Kueue's objects at (Kueue v0.17 serves v1beta1 and
+        v1beta2 and stores v1beta2: gpuforge/data/kubernetes_addons.yaml)."""
+        metadata = job["metadata"]
+        jobs = self._dynamic.resources.get(api_version=job["apiVersion"], kind=job["kind"])
+        uid = jobs.get(name=metadata["name"], namespace=metadata["namespace"]).metadata.uid
+        workloads = self._dynamic.resources.get(
+            api_version=pins().addons["kueue"].api_version, kind="Workload"
+        )
+        found = workloads.get(
+            namespace=metadata["namespace"], label_selector=f"{JOB_UID_LABEL}={uid}"
+        ).to_dict()
+        items = found.get("items") or []
+        if not items:
+            return None
+        return list((items[0].get("status") or {}).get("conditions") or [])
+
     def delete(self, obj: Mapping[str, Any]) -> None:
         resource = self._dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         resource.delete(
@@ -323,12 +366,51 @@ class KubernetesLauncher:
                         else f"{obj['kind']} {name} failed: {condition.get('message') or condition.get('reason')}"
                     )
             if time.monotonic() >= deadline:
+                state = self._kueue_state(obj)
                 self.cluster.delete(obj)
-                return (
-                    f"{obj['kind']} {name} did not finish within {self.settings.timeout_s:.0f} s "
-                    "(not admitted by Kueue, or still running); deleted"
-                )
+                return f"{obj['kind']} {name} did not finish within {self.settings.timeout_s:.0f} s ({state}); deleted"
             time.sleep(min(self.poll_s, max(0.0, deadline - time.monotonic())))
+
+    def _kueue_state(self, job: Mapping[str, Any]) -> str:
+        """What Kueue says of `job`: why its Workload is held, or that it was admitted; read when the Job is late."""
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+        try:
+            conditions = self.cluster.workload_conditions(job)
+        except ResourceNotFoundError:
+            return "Kueue's Workload kind is not served: is Kueue installed? `gpuforge scheduler apply` checks it"
+        except ApiException as error:
+            return f"its Kueue Workload could not be read: {error.status} {cut(str(error.reason))}"
+        return kueue_state(conditions)
+
+
+def kueue_state(conditions: Sequence[Mapping[str, Any]] | None) -> str:
+    """A late Job's Workload in words: "held by Kueue: <reason>: <message>" while it has no quota (the
+    QuotaReserved condition, False, as Kueue's scheduler writes it: reason Pending and the flavor assigner's
+    message), not admitted for another reason (Admitted False: admission checks), or admitted and still running.
+
+    The message is the cluster's text, quoted (display.cut): Kueue's own words, escaped and bounded."""
+    if conditions is None:
+        return (
+            "Kueue made no Workload for it: check that Kueue runs with the batch/job integration and that "
+            f"`gpuforge scheduler apply` made the WorkloadPriorityClass {ACCEPTANCE_PRIORITY_CLASS} and the team's LocalQueue"
+        )
+    by_type = {str(condition.get("type")): condition for condition in conditions}
+
+    def quoted(condition: Mapping[str, Any]) -> str:
+        reason = str(condition.get("reason") or "no reason")
+        return f"{cut(reason)}: {cut(str(condition.get('message') or ''), 300)}"
+
+    reserved, admitted = by_type.get("QuotaReserved"), by_type.get("Admitted")
+    evicted = by_type.get("Evicted")
+    if evicted is not None and evicted.get("status") == "True" and (reserved or {}).get("status") != "True":
+        return f"evicted by Kueue and waiting again: {quoted(evicted)}"
+    if reserved is None or reserved.get("status") != "True":
+        return f"held by Kueue: {quoted(reserved)}" if reserved is not None else "not yet considered by Kueue"
+    if admitted is not None and admitted.get("status") != "True":
+        return f"quota reserved but not admitted by Kueue: {quoted(admitted)}"
+    return "admitted by Kueue, still running"
 
 
 def _pod_selector(job: Mapping[str, Any]) -> str:

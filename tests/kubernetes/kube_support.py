@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
+import yaml
 
 from gpuforge import hardware
 from gpuforge.components.specs import QosSpec, TeamSpec, TeamUser
@@ -17,6 +20,19 @@ from gpuforge.kubernetes.kueue import GpuNodeGroup
 # The Kubernetes versions whose official schemas the rendered core objects are checked against:
 # the EKS versions in standard support at the time of writing (kubernetes-validate 1.37.0 carries them).
 KUBERNETES_VERSIONS = ("1.33.0", "1.34.0", "1.35.0")
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+_EKS_SECTION = re.compile(r"^### Running jobs on EKS\n(.*?)^##", re.S | re.M)
+_YAML_BLOCK = re.compile(r"^```yaml\n(.*?)^```$", re.S | re.M)
+
+
+def readme_example() -> list[dict[str, Any]]:
+    """The README's example job ("Running jobs on EKS"), as the documents a user would apply."""
+    section = _EKS_SECTION.search(README.read_text(encoding="utf-8"))
+    assert section is not None, "README has no 'Running jobs on EKS' section"
+    (block,) = _YAML_BLOCK.findall(section.group(1))
+    return list(yaml.safe_load_all(block))
 
 
 def group(instance_type: str = "p5.48xlarge", name: str = "p5-eks-gpu") -> GpuNodeGroup:

@@ -74,10 +74,20 @@ def test_cluster_queue_quota_is_the_teams_and_all_share_one_cohort(
 ) -> None:
     objects = objects_of(render_addons("p5-eks", [group()], teams, qos_block))
     queues = {obj["metadata"]["name"]: obj for obj in _kinds(objects, "ClusterQueue")}
+    node = group().instance_type  # p5.48xlarge: 8 GPUs, 192 vCPUs, 2 TiB, 32 EFA interfaces (the catalog)
     for item in teams:
         spec = queues[item.name]["spec"]
-        [resource] = spec["resourceGroups"][0]["flavors"][0]["resources"]
-        assert resource == {"name": "nvidia.com/gpu", "nominalQuota": item.gpu_quota}
+        [resource_group] = spec["resourceGroups"]
+        [flavor] = resource_group["flavors"]
+        quotas = {resource["name"]: resource["nominalQuota"] for resource in flavor["resources"]}
+        assert resource_group["coveredResources"] == list(quotas)
+        # The GPUs are the team's; CPU, memory and EFA the same share of the node group's, per GPU.
+        assert quotas == {
+            "nvidia.com/gpu": item.gpu_quota,
+            "vpc.amazonaws.com/efa": item.gpu_quota * len(node.efa_cards) // node.gpu_count,
+            "cpu": item.gpu_quota * node.vcpus // node.gpu_count,
+            "memory": f"{item.gpu_quota * node.memory_mib // node.gpu_count}Mi",
+        }
         assert spec["preemption"]["reclaimWithinCohort"] == "Any"
     assert len({queue["spec"]["cohortName"] for queue in queues.values()}) == 1
     local = {
@@ -89,9 +99,10 @@ def test_cluster_queue_quota_is_the_teams_and_all_share_one_cohort(
 def test_production_preempts_research_by_priority(teams: list[TeamSpec], qos_block: list[QosSpec]) -> None:
     objects = objects_of(render_addons("p5-eks", [group()], teams, qos_block))
     workload = {obj["metadata"]["name"]: obj["value"] for obj in _kinds(objects, "WorkloadPriorityClass")}
-    assert workload == {"production": 1000, "research": 100}
+    # gpuforge-acceptance: `gpuforge validate`'s Jobs, above every QOS (tests/kubernetes/test_kueue_admits.py).
+    assert workload == {"production": 1000, "research": 100, "gpuforge-acceptance": 1_000_000_000}
     core = {obj["metadata"]["name"]: obj["preemptionPolicy"] for obj in _kinds(objects, "PriorityClass")}
-    assert core == {"production": "PreemptLowerPriority", "research": "Never"}
+    assert core == {"production": "PreemptLowerPriority", "research": "Never", "gpuforge-acceptance": "Never"}
     for queue in _kinds(objects, "ClusterQueue"):
         assert queue["spec"]["preemption"]["withinClusterQueue"] == "LowerPriority"
 
@@ -191,11 +202,18 @@ def test_a_qos_priority_change_changes_exactly_its_priority_classes(teams: list[
     }
 
 
-def test_a_qos_priority_above_kubernetes_user_range_is_refused(teams: list[TeamSpec]) -> None:
-    # Slurm takes priorities up to 2^32-3; Kubernetes reserves those above 1e9 for system classes.
-    block = [qos("production", 1_000_000_001, "research"), qos("research", 100)]
-    with pytest.raises(InputError, match=r"qos\[production\].priority: 1000000001 .* at most 1000000000"):
+@pytest.mark.parametrize("priority", [1_000_000_001, 1_000_000_000])
+def test_a_qos_priority_not_below_the_acceptance_class_is_refused(
+    teams: list[TeamSpec], priority: int
+) -> None:
+    # Slurm takes priorities up to 2^32-3; Kubernetes reserves those above 1e9 for system classes, and gpuforge's
+    # acceptance class holds 1e9 itself, so that no team job preempts `gpuforge validate`'s Jobs.
+    block = [qos("production", priority, "research"), qos("research", 100)]
+    with pytest.raises(
+        InputError,
+        match=rf"qos\[production\].priority: {priority} is not below .* gpuforge-acceptance .* at most 999999999",
+    ):
         render_addons("p5-eks", [group()], teams, block)
     render_addons(
-        "p5-eks", [group()], teams, [qos("production", 1_000_000_000, "research"), qos("research", 100)]
+        "p5-eks", [group()], teams, [qos("production", 999_999_999, "research"), qos("research", 100)]
     )

@@ -8,27 +8,17 @@ catalog's per-node counts for the stack's instance type.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 from k8s_schemas import validate
-from kube_support import KUBERNETES_VERSIONS
+from kube_support import KUBERNETES_VERSIONS, readme_example
 
 from gpuforge import hardware
 from gpuforge.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-SECTION = re.compile(r"^### Running jobs on EKS\n(.*?)^##", re.S | re.M)
-YAML_BLOCK = re.compile(r"^```yaml\n(.*?)^```$", re.S | re.M)
-
-
-def _example() -> list[dict[str, Any]]:
-    section = SECTION.search((REPO / "README.md").read_text(encoding="utf-8"))
-    assert section is not None, "README has no 'Running jobs on EKS' section"
-    (block,) = YAML_BLOCK.findall(section.group(1))
-    return list(yaml.safe_load_all(block))
 
 
 def _rendered(tmp_path: Path) -> dict[str, dict[str, Any]]:
@@ -43,7 +33,7 @@ def _rendered(tmp_path: Path) -> dict[str, dict[str, Any]]:
 
 
 def test_the_readme_job_is_valid_and_names_what_the_render_writes(tmp_path: Path) -> None:
-    documents = _example()
+    documents = readme_example()
     for document in documents:
         validate(document, KUBERNETES_VERSIONS[-1])
     (job,) = [document for document in documents if document["kind"] == "Job"]

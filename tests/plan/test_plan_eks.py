@@ -48,7 +48,7 @@ def test_p5_eks_plan_shows_the_addons_and_kueue_objects_scheduler_render_writes(
     assert "ResourceFlavor p5-eks-gpu (gpuforge.dev/node-group=p5-eks-gpu, tolerates nvidia.com/gpu)" in text
     assert "ClusterQueue llm 96 nvidia.com/gpu (LocalQueue llm/llm)" in text
     assert "ClusterQueue vision 32 nvidia.com/gpu (LocalQueue vision/vision)" in text
-    assert "priority classes production 1000, research 100" in text
+    assert "priority classes gpuforge-acceptance 1000000000, production 1000, research 100" in text
     document = plan_document(result)["kubernetes"]
     assert document["addons"]["aws-efa-k8s-device-plugin"]["rendered"] is False
     assert "no published source pairs" in document["addons"]["aws-efa-k8s-device-plugin"]["why_not"]
