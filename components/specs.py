@@ -23,6 +23,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
+    StrictInt,
     ValidationError,
     field_validator,
     model_validator,
@@ -445,6 +446,12 @@ _PREEMPT_DOC = "https://slurm.schedmd.com/preempt.html"
 # slurmdb_qos_rec_t.priority is a uint32_t whose two top values mean INFINITE and NO_VAL
 # (slurm/slurm.h of SchedMD/slurm), so a QOS priority is below 2^32 - 2.
 _QOS_PRIORITY_MAX = 2**32 - 3
+# A preempted QOS's `gracePeriod`, in whole seconds: what its jobs get between SIGTERM and the requeue (Slurm's QOS
+# GraceTime, the pods' terminationGracePeriodSeconds on Kubernetes). Zero is no grace, which leaving the key out
+# says. At most an hour, gpuforge's bound: the preempting job waits the whole grace for its GPUs, so a longer grace
+# undoes the preemption it belongs to; a checkpoint that takes longer to write is to be made smaller or faster (the
+# checkpoint advisor's fix), not waited for, and a larger number is more likely a unit slip (minutes or ms).
+GRACE_PERIOD_RANGE_S = (1, 3600)
 
 
 class AccountingSpec(_Spec):
@@ -459,11 +466,15 @@ class AccountingSpec(_Spec):
 
 class QosSpec(_Spec):
     """One Slurm quality of service: its `priority` (added to a job's priority through
-    PriorityWeightQOS) and the QOS it `preempts` (their jobs are requeued, PreemptMode=REQUEUE)."""
+    PriorityWeightQOS), the QOS it `preempts` (their jobs are requeued, PreemptMode=REQUEUE) and, on a QOS
+    another preempts, the `grace_period` its preempted jobs get: SIGTERM first, then that many seconds to save
+    their state before they are requeued (Slurm's QOS GraceTime; terminationGracePeriodSeconds on Kubernetes).
+    None: requeued at once."""
 
     name: str
     priority: int = Field(ge=0, le=_QOS_PRIORITY_MAX)
     preempts: tuple[str, ...] = ()
+    grace_period: StrictInt | None = None
 
     @field_validator("name")
     @classmethod
@@ -474,6 +485,22 @@ class QosSpec(_Spec):
     @classmethod
     def _one_or_many(cls, value: object) -> object:
         return (value,) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _grace_period(self) -> Self:
+        low, high = GRACE_PERIOD_RANGE_S
+        value = self.grace_period
+        if value is not None and not low <= value <= high:
+            raise invalid(
+                f"scheduler.qos[{self.name}].gracePeriod",
+                value,
+                f"a grace period is whole seconds from {low} to {high} (an hour): the time a preempted job gets "
+                "between SIGTERM and its requeue, which the preempting job waits for its GPUs",
+                "give the seconds a job of this QOS needs to write its checkpoint (`gpuforge plan` shows the "
+                "checkpoint write time), or leave gracePeriod out to requeue at once",
+                source=_PREEMPT_DOC,
+            )
+        return self
 
 
 class TeamUser(_Spec):
@@ -580,6 +607,18 @@ def _check_accounts(qos: tuple[QosSpec, ...], teams: tuple[TeamSpec, ...]) -> No
                 f"{', '.join(unknown)} is not a QOS of scheduler.qos (known: {', '.join(sorted(known))})",
                 "name a QOS defined under scheduler.qos, or define it there",
                 source=_QOS_DOC,
+            )
+    preempted = {name for level in qos for name in level.preempts}
+    for level in qos:
+        if level.grace_period is not None and level.name not in preempted:
+            raise invalid(
+                f"scheduler.qos[{level.name}].gracePeriod",
+                level.grace_period,
+                f"no QOS preempts {level.name}, so its jobs are never preempted and the grace period never applies "
+                "(it is the preempted QOS's setting, Slurm's QOS GraceTime, not the preempting one's)",
+                "put gracePeriod on the QOS named in another QOS's preempts (e.g. research, which production "
+                f"preempts), or remove it from {level.name}",
+                source=_PREEMPT_DOC,
             )
     cycle = _preemption_cycle({level.name: level.preempts for level in qos})
     if cycle:

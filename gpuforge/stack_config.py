@@ -194,6 +194,17 @@ class _QosKeys(_Strict):
     name: StrictStr
     priority: StrictInt
     preempts: list[StrictStr] = Field(default_factory=list)
+    grace_period: StrictInt | None = Field(default=None, alias="gracePeriod")
+
+    @field_validator("grace_period", mode="before")
+    @classmethod
+    def _whole_seconds(cls, value: object) -> object:
+        """Seconds as a YAML whole number: "5m", "300" or 5.5 would be read in some unit or rounded."""
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(
+                "a grace period is whole seconds, written as a number (e.g. 300 for five minutes)"
+            )
+        return value
 
 
 class _TeamUserKeys(_Strict):

@@ -69,7 +69,7 @@ class CheckpointAdvice:
     def lines(self) -> list[str]:
         """The summary's lines: the interval and the loss, the write, the MTBF, and any warning."""
         lines = [
-            f"every {_duration(self.daly_seconds)} (Daly; Young {_duration(self.young_seconds)}), "
+            f"every {duration(self.daly_seconds)} (Daly; Young {duration(self.young_seconds)}), "
             f"~{self.lost_fraction:.1%} of GPU time lost",
             f"write {self.size_gib:g} GiB in {self.write_seconds:.0f} s: {self.write_source}",
             f"job MTBF {self.mtbf_job_seconds / 3600:.1f} h on {self.nodes} node(s), "
@@ -78,7 +78,8 @@ class CheckpointAdvice:
         return lines if self.warning is None else [*lines, f"WARNING: {self.warning}"]
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """Seconds as a person reads them: seconds below two minutes, minutes below two hours, then hours."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:

@@ -14,6 +14,7 @@ The JSON shape is a contract (scripts and CI read it):
                    "partitions": [{"name", "max_time", "default"}],
                    "files": {name: text}},                          # the rendered Slurm files
      "checkpoint": null | CheckpointAdvice.to_json(),               # gpuforge.checkpoint
+     "preemption": [GraceAdvice.to_json()],                         # each preempted QOS (gpuforge.checkpoint.grace)
      "kubernetes": null | {"addons": {name: {"version", "rendered", "image", "why_not"}},
                            "eks_addons": {name: {"version", "source"}},
                            "topology": {"name", "levels"}, "flavors": [{"name", "node_labels", "tolerates"}],
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuforge.checkpoint import CheckpointAdvice, stack_advice
+from gpuforge.checkpoint.grace import GraceAdvice, grace_advice
 from gpuforge.display import printable
 from gpuforge.images.catalog import DEFAULT_CATALOG
 from gpuforge.plan.kubernetes import kubernetes_document, kubernetes_lines
@@ -66,6 +68,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
         "policies": [asdict(verdict) for verdict in plan.verdicts],
         "scheduler": {**plain(plan.summary["scheduler"]), "files": dict(plan.slurm_config)},
         "checkpoint": None if (advice := plan_checkpoint(plan.config)) is None else advice.to_json(),
+        "preemption": [entry.to_json() for entry in plan_grace(plan.config)],
         "kubernetes": kubernetes_document(plan.config),
     }
 
@@ -74,6 +77,24 @@ def plan_checkpoint(config: StackConfig) -> CheckpointAdvice | None:
     """The stack's checkpoint advice at plan time: the published MTBF (no failure history yet), a job on
     every node; None without `gpuforge:checkpoint`."""
     return stack_advice(config)
+
+
+def plan_grace(config: StackConfig) -> list[GraceAdvice]:
+    """Each preempted QOS's grace period beside the stack's checkpoint advice (README, "Preemption with a grace
+    period")."""
+    return grace_advice(config.scheduler.qos, plan_checkpoint(config))
+
+
+def grace_lines(config: StackConfig) -> list[str]:
+    """The summary's preemption lines: per preempted QOS its grace and what a preempted job loses, and the advice
+    where the checkpoint does not fit the grace."""
+    entries = plan_grace(config)
+    lines = [
+        f"  {'preemption' if index == 0 else '':<10} {entry.line()}" for index, entry in enumerate(entries)
+    ]
+    return lines + [
+        f"  {'advice':<10} {warning}" for entry in entries if (warning := entry.warning()) is not None
+    ]
 
 
 def checkpoint_lines(config: StackConfig) -> list[str]:
@@ -107,6 +128,7 @@ def team_lines(config: StackConfig) -> list[str]:
         levels = "; ".join(
             f"{qos.name} priority {qos.priority}"
             + (f", preempts {', '.join(qos.preempts)} (requeued, not killed)" if qos.preempts else "")
+            + (f", {qos.grace_period} s grace when preempted" if qos.grace_period else "")
             for qos in scheduler.qos
         )
         lines.append(f"  QOS        {levels}")
@@ -150,6 +172,7 @@ def render_text(plan: Plan, *, slurm_conf: bool = False) -> str:
         *team_lines(plan.config),
         *kubernetes_lines(kubernetes_document(plan.config)),
         *checkpoint_lines(plan.config),
+        *grace_lines(plan.config),
         *advice_lines(plan.summary),
     ]
     lines = [*_header(plan), "", *_tree(plan), "", *summary, "", *_policies(plan), ""]

@@ -14,9 +14,13 @@ something gpuforge did not make is refused, never taken over.
 Sources (Slurm 26.05; the test root's man pages say the same):
 - https://slurm.schedmd.com/sacctmgr.html (add/modify/remove of account, user, qos; --parsable2,
   --noheader, --immediate; GrpTRES, QOS, DefaultQOS, DefaultAccount, Organization, Description,
-  Priority, Preempt, PreemptMode)
+  Priority, Preempt, PreemptMode, GraceTime)
 - https://slurm.schedmd.com/resource_limits.html (GrpTRES=gres/gpu=N on an account's association)
-- https://slurm.schedmd.com/preempt.html (a QOS's Preempt list; PreemptMode=requeue)
+- https://slurm.schedmd.com/preempt.html (a QOS's Preempt list; PreemptMode=requeue; GraceTime: "Once a job has
+  been selected for preemption, its end time is set to the current time plus GraceTime. The job is immediately
+  sent SIGCONT and SIGTERM signals in order to provide notification of its imminent termination. This is followed
+  by the SIGCONT, SIGTERM and SIGKILL signal sequence upon reaching its new end time", doc/html/preempt.shtml at
+  SchedMD/slurm tag slurm-26-05-3-1)
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class Qos(_Strict):
     name: str
     priority: int
     preempt: tuple[str, ...] = ()
+    grace_time: int = 0  # seconds between a preempted job's SIGTERM and its requeue (the QOS's GraceTime)
 
 
 class Account(_Strict):
@@ -107,6 +112,11 @@ class AccountsState(_Strict):
             if taken is not None:
                 problems.append(f"qos.name = {cut(level.name)}: {taken.rule} (source: {taken.source})")
             problems += _repeated(f"qos[{level.name}].preempt", level.preempt)
+            if not 0 <= level.grace_time <= _GRACE_MAX:
+                problems.append(
+                    f"qos[{level.name}].grace_time = {level.grace_time}: GraceTime is 0 or more seconds, at most "
+                    f"{_GRACE_MAX} (a uint32 below Slurm's INFINITE and NO_VAL)"
+                )
             problems += [
                 f"qos[{level.name}].preempt: {name} is not a QOS of the file"
                 for name in level.preempt
@@ -170,7 +180,10 @@ def desired_state(cluster: str, scheduler: SchedulerSpec) -> AccountsState:
     )
     return AccountsState(
         cluster=cluster,
-        qos=tuple(Qos(name=q.name, priority=q.priority, preempt=q.preempts) for q in scheduler.qos),
+        qos=tuple(
+            Qos(name=q.name, priority=q.priority, preempt=q.preempts, grace_time=q.grace_period or 0)
+            for q in scheduler.qos
+        ),
         accounts=tuple(Account(name=t.name, gpu_quota=t.gpu_quota, qos=t.qos) for t in scheduler.teams),
         users=users,
     )
@@ -214,6 +227,7 @@ class CurrentQos:
     priority: int
     preempt: tuple[str, ...]
     preempt_mode: str
+    grace_time: int
     description: str
 
 
@@ -267,6 +281,14 @@ def _names(field: str) -> tuple[str, ...]:
 # scripts' digits, signs, spaces and '_' too, so the whole value is matched.
 _COUNT = re.compile(r"[0-9]{1,20}")
 _PRIORITY_MAX = 2**32 - 1
+# slurmdb_qos_rec_t.grace_time is a uint32 whose top two values mean INFINITE and NO_VAL (slurm/slurm.h).
+_GRACE_MAX = 2**32 - 3
+# How sacctmgr prints a QOS's GraceTime: print_fields_time_from_secs, which writes secs2time_str's
+# "[days-]HH:MM:SS" (days only when there are any), or nothing when unset (SchedMD/slurm src/common/print_fields.c
+# and src/common/parse_time.c at tag slurm-26-05-3-1).
+_GRACE_TIME = re.compile(
+    r"(?:(?P<days>[0-9]{1,5})-)?(?P<hours>[0-9]{2}):(?P<minutes>[0-5][0-9]):(?P<seconds>[0-5][0-9])"
+)
 
 
 def _priority(value: str, name: str, command: str) -> int:
@@ -283,6 +305,24 @@ def _priority(value: str, name: str, command: str) -> int:
     )
 
 
+def _grace_time(value: str, name: str, command: str) -> int:
+    """A QOS's GraceTime as sacctmgr prints it, in seconds (empty: unset, 0); AccountsError otherwise."""
+    if not value:
+        return 0
+    match = _GRACE_TIME.fullmatch(value)
+    if match is not None and int(match["hours"]) < 24:
+        seconds = int(match["days"] or 0) * 86400 + int(match["hours"]) * 3600
+        seconds += int(match["minutes"]) * 60 + int(match["seconds"])
+        if seconds <= _GRACE_MAX:
+            return seconds
+    raise AccountsError(
+        f"`sacctmgr {command}` printed GraceTime = {cut(value)} for QOS {cut(name)}: sacctmgr prints a grace time "
+        "as [days-]HH:MM:SS (print_fields_time_from_secs), so the answer is not the database's. Fix: look at that "
+        "QOS with `sacctmgr show qos where name=NAME format=Name,GraceTime` and set it with `sacctmgr modify qos "
+        "where name=NAME set GraceTime=SECONDS`, then run again."
+    )
+
+
 def _gpu_quota(tres: str) -> int | None:
     for item in tres.split(","):
         key, _, value = item.partition("=")
@@ -292,7 +332,7 @@ def _gpu_quota(tres: str) -> int | None:
 
 
 # Each query: its sacctmgr arguments and its column count.
-QOS_QUERY = ("show", "qos", "format=Name,Priority,Preempt,PreemptMode,Description")
+QOS_QUERY = ("show", "qos", "format=Name,Priority,Preempt,PreemptMode,GraceTime,Description")
 ACCOUNT_QUERY = ("show", "account", "format=Account,Organization,Description")
 USER_QUERY = ("show", "user", "format=User,DefaultAccount")
 
@@ -314,8 +354,15 @@ def read_current(run: Runner, cluster: str) -> CurrentState:
     """
     command = " ".join(QOS_QUERY)
     qos = {
-        row[0]: CurrentQos(row[0], _priority(row[1], row[0], command), _names(row[2]), row[3], row[4])
-        for row in _rows(run(QOS_QUERY), 5, command, free_text=4)
+        row[0]: CurrentQos(
+            row[0],
+            _priority(row[1], row[0], command),
+            _names(row[2]),
+            row[3],
+            _grace_time(row[4], row[0], command),
+            row[5],
+        )
+        for row in _rows(run(QOS_QUERY), 6, command, free_text=5)
     }
     # Organization, not the last column, takes a stray '|': an account then reads as not gpuforge's (refused
     # by plan_changes), never as gpuforge's (which a sync may remove).
@@ -369,6 +416,8 @@ def _qos_settings(level: Qos) -> tuple[str, ...]:
         # An empty value clears the list (sacctmgr(1): "''" restores the default; the shell passes it as empty).
         f"Preempt={','.join(level.preempt)}",
         "PreemptMode=requeue",
+        # Seconds between SIGTERM and the requeue; 0 requeues at once (sacctmgr(1), GraceTime).
+        f"GraceTime={level.grace_time}",
         f"Description={MARKER}",
     )
 
@@ -419,6 +468,7 @@ def plan_changes(desired: AccountsState, current: CurrentState) -> list[Change]:
                         level.name,
                         f"Priority={level.priority}",
                         "PreemptMode=requeue",
+                        f"GraceTime={level.grace_time}",
                         f"Description={MARKER}",
                     ),
                 )
@@ -427,15 +477,21 @@ def plan_changes(desired: AccountsState, current: CurrentState) -> list[Change]:
         now = current.qos.get(level.name)
         if now is None and not level.preempt:
             continue
-        if now is None or (now.priority, now.preempt, now.preempt_mode) != (
+        if now is None or (now.priority, now.preempt, now.preempt_mode, now.grace_time) != (
             level.priority,
             tuple(sorted(level.preempt)),
             "requeue",
+            level.grace_time,
         ):
             changes.append(
                 Change(
                     f"set QOS {level.name}: priority {level.priority}, "
-                    f"preempts {', '.join(level.preempt) or 'none'} (requeued)",
+                    f"preempts {', '.join(level.preempt) or 'none'} (requeued)"
+                    + (
+                        f", its jobs get SIGTERM and {level.grace_time} s when preempted"
+                        if level.grace_time
+                        else ""
+                    ),
                     ("modify", "qos", "where", f"name={level.name}", "set", *_qos_settings(level)),
                 )
             )

@@ -111,7 +111,8 @@ def test_the_plan_summary_shows_p5_prod_s_teams_and_qos(catalog_path: Path) -> N
         "vision 32 GPUs, QOS research (default), users carol, bob"
     ) in text
     assert (
-        "  QOS        production priority 1000, preempts research (requeued, not killed); research priority 100"
+        "  QOS        production priority 1000, preempts research (requeued, not killed); research priority 100, "
+        "300 s grace when preempted"
     ) in text
 
 

@@ -21,6 +21,7 @@ TOP_KEYS = [
     "policies",
     "scheduler",
     "checkpoint",
+    "preemption",
     "kubernetes",
 ]
 RESOURCE_KEYS = ["urn", "type", "name", "parent", "inputs"]

@@ -35,7 +35,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SYNCED = FIXTURES / "accounts-sync"
 QOS = [
     {"name": "production", "priority": 1000, "preempts": ["research"]},
-    {"name": "research", "priority": 100},
+    {"name": "research", "priority": 100, "grace_period": 300},
 ]
 TEAMS = [
     {
@@ -123,9 +123,24 @@ def test_a_changed_stack_changes_and_removes_only_what_gpuforge_made() -> None:
         "remove account vision",
         "remove QOS research",
     ]
-    assert changes[0].args[-3] == "Preempt="  # an empty value clears the list
+    assert "Preempt=" in changes[0].args  # an empty value clears the list
     # finance (Organization hr) and normal (Slurm's own QOS) are never touched.
     assert not any("finance" in " ".join(c.args) or "name=normal" in c.args for c in changes)
+
+
+def test_the_grace_period_is_the_qos_gracetime_read_back_and_changed() -> None:
+    """research's gracePeriod is the GraceTime sacctmgr printed as 00:05:00 after the real sync; a new value is one
+    `modify qos` setting GraceTime in seconds, and removing the key sets 0 (requeued at once)."""
+    current = read_current(_runner(_synced()), "gfcapture")
+    assert (current.qos["research"].grace_time, current.qos["production"].grace_time) == (300, 0)
+    for grace, setting, words in (
+        (120, "GraceTime=120", ", its jobs get SIGTERM and 120 s when preempted"),
+        (None, "GraceTime=0", ""),
+    ):
+        qos = [QOS[0], {"name": "research", "priority": 100, "grace_period": grace}]
+        (change,) = plan_changes(_desired(qos=qos), current)
+        assert change.args[:4] == ("modify", "qos", "where", "name=research") and setting in change.args
+        assert change.what == f"set QOS research: priority 100, preempts none (requeued){words}"
 
 
 def test_a_name_slurm_has_that_gpuforge_did_not_make_is_refused() -> None:
@@ -170,7 +185,7 @@ def test_a_line_sacctmgr_would_not_print_is_exit_1() -> None:
     outputs = _synced() | {QOS_QUERY: "production|1000\n"}
     with pytest.raises(AccountsError) as caught:
         read_current(_runner(outputs), "gfcapture")
-    assert caught.value.exit_code == 1 and "2 fields, not 5" in caught.value.message
+    assert caught.value.exit_code == 1 and "2 fields, not 6" in caught.value.message
 
 
 @pytest.mark.parametrize(

@@ -55,7 +55,7 @@ def _desired():  # type: ignore[no-untyped-def]
         controller_instance_type="m7i.2xlarge",
         qos=[
             {"name": "production", "priority": 1000, "preempts": ["research"]},
-            {"name": "research", "priority": 100},
+            {"name": "research", "priority": 100, "grace_period": 300},
         ],  # type: ignore[list-item]
         teams=[  # type: ignore[list-item]
             {
@@ -115,9 +115,21 @@ def test_an_organization_holding_the_separator_is_never_read_as_gpuforge_s() -> 
 
 
 @pytest.mark.parametrize(
+    "grace", [b"300", b"5 min", b"00:60:00", b"24:00:00", b"-1", b"\xd9\xa1:00:00", b"UNLIMITED"]
+)
+def test_a_grace_time_sacctmgr_would_not_print_names_the_qos_field_and_value(grace: bytes) -> None:
+    outputs = _changed(QOS_QUERY, b"|00:05:00|", b"|" + grace + b"|")
+    with pytest.raises(AccountsError) as caught:
+        read_current(_runner(outputs), CLUSTER)
+    message = caught.value.message
+    assert caught.value.exit_code == 1
+    assert "GraceTime = " in message and "QOS 'research'" in message and "[days-]HH:MM:SS" in message, message
+
+
+@pytest.mark.parametrize(
     ("query", "old", "new", "words"),
     [
-        (QOS_QUERY, b"research|100||requeue|gpuforge", b"research|100", "2 fields, not 5"),
+        (QOS_QUERY, b"research|100||requeue|00:05:00|gpuforge", b"research|100", "2 fields, not 6"),
         (
             assoc_query(CLUSTER),
             b"gfcapture|vision|carol|||research|research",
@@ -162,7 +174,7 @@ def _stand_in(folder: Path, outputs: dict[tuple[str, ...], bytes]) -> None:
     ("change", "words"),
     [
         ((QOS_QUERY, b"production|1000|", b"production|high|"), "Priority = 'high'"),
-        ((QOS_QUERY, b"research|100||requeue|gpuforge", b"research|100"), "2 fields, not 5"),
+        ((QOS_QUERY, b"research|100||requeue|00:05:00|gpuforge", b"research|100"), "2 fields, not 6"),
     ],
 )
 def test_sync_accounts_on_hostile_output_is_exit_1_without_a_traceback(
