@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuforge.errors import InputError
+from gpuforge.flag_types import plain
 
 if TYPE_CHECKING:
     from gpuforge.stack_config import StackConfig
@@ -77,7 +78,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--capacity-block-fee",
-        type=float,
+        type=plain(float),
         metavar="USD",
         help="the upfront fee paid for the stack's Capacity Block (overrides gpuforge:capacity.upfrontFeeUsd); "
         "only for a stack whose capacity is a Capacity Block",

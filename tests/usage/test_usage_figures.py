@@ -183,6 +183,19 @@ def test_a_fee_that_is_not_a_finite_positive_amount_is_exit_2(
     assert re.search(r"--capacity-block-fee \S+: a fee is a positive amount in USD", err), err
 
 
+@pytest.mark.parametrize("fee", ["\u0661\u0662\u0660\u0660\u0660", "12_000", " 12000"])
+def test_a_fee_not_written_in_ascii_digits_is_exit_2(
+    capsys: pytest.CaptureFixture[str], make_stack: StackMaker, fee: str
+) -> None:
+    """float() reads Arabic-Indic digits, '_' and blanks as 12000: a value read as another is refused."""
+    stack = make_stack(CLUSTER, **{"gpuforge:capacity": BLOCK})
+    flags = (*_window(FIXTURES / "sacct-duplicates.json"), "--capacity-block-fee", fee)
+    with pytest.raises(SystemExit) as exited:
+        main(["usage", str(stack), "--stack", CLUSTER, *(str(flag) for flag in flags)])
+    assert exited.value.code == 2
+    assert "argument --capacity-block-fee:" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("capacity", [{"type": "on-demand"}, ODCR])
 def test_a_capacity_block_fee_on_a_stack_without_a_block_is_exit_2(
     capsys: pytest.CaptureFixture[str], make_stack: StackMaker, capacity: dict[str, str]
