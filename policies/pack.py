@@ -29,6 +29,7 @@ from gpuforge.policies.rules_kubernetes import (
     KUBERNETES_IMAGE_DIGEST,
     KUBERNETES_WORKLOAD_CHECKED,
 )
+from gpuforge.policies.rules_kubernetes_grace import KUBERNETES_GRACE_PERIOD
 from gpuforge.policies.rules_node_access import IMDS_HOP_LIMIT, NO_SSH_KEY
 from gpuforge.policies.rules_nodes import (
     EBS_ENCRYPTED,
@@ -84,4 +85,5 @@ POLICIES: Final[list[Policy]] = [
     KUBERNETES_GPU_POD,
     KUBERNETES_GPU_SHM,
     KUBERNETES_WORKLOAD_CHECKED,
+    KUBERNETES_GRACE_PERIOD,
 ]

@@ -69,14 +69,22 @@ def _object_type(obj: Mapping[str, Any], where: str) -> ObjectType:
     return object_type
 
 
-def check_object(obj: Mapping[str, Any], where: str, allow_unchecked: Iterable[str] = ()) -> list[Finding]:
+def check_object(
+    obj: Mapping[str, Any],
+    where: str,
+    allow_unchecked: Iterable[str] = (),
+    grace_periods: Mapping[str, int] | None = None,
+) -> list[Finding]:
     """Every finding of every Kubernetes rule on one object and the objects it carries.
 
     InputError for an object the API server would refuse where a rule reads it; a workload not checked is a
-    mandatory finding unless `allow_unchecked` names its kind (`TrainJob`, or `Job.example.com` for one group's)."""
+    mandatory finding unless `allow_unchecked` names its kind (`TrainJob`, or `Job.example.com` for one group's).
+    `grace_periods`: the stack's QOS grace periods, for kubernetes-grace-period (nothing to compare without)."""
     # pulumi_policy: only when a check runs
     from gpuforge.policies.kubernetes_objects import unchecked_workloads, unreadable
     from gpuforge.policies.rules_kubernetes import RULES, WORKLOAD_RULE
+    from gpuforge.policies.rules_kubernetes_grace import NAME as GRACE_RULE
+    from gpuforge.policies.rules_kubernetes_grace import short_grace
 
     object_type = _object_type(obj, where)
     problems = unreadable(object_type, obj)
@@ -95,6 +103,9 @@ def check_object(obj: Mapping[str, Any], where: str, allow_unchecked: Iterable[s
         if rule is not WORKLOAD_RULE
         for message in rule.check(object_type, obj)
     ]
+    findings += [
+        Finding(GRACE_RULE, False, where, m) for m in short_grace(object_type, obj, grace_periods or {})
+    ]
     for item in unchecked_workloads(object_type, obj):
         accepted = item.type.kind in allowed or f"{item.type.kind}.{item.type.group}" in allowed
         findings.append(Finding(WORKLOAD_RULE.name, not accepted, where, item.message, allowed=accepted))
@@ -107,7 +118,9 @@ def _name(document: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) and name else "?"
 
 
-def check_files(paths: Iterable[Path], allow_unchecked: Iterable[str] = ()) -> list[Finding]:
+def check_files(
+    paths: Iterable[Path], allow_unchecked: Iterable[str] = (), grace_periods: Mapping[str, int] | None = None
+) -> list[Finding]:
     """Every finding on every object of `paths`; InputError before any finding for a file or object that cannot
     be read."""
     objects: list[tuple[Mapping[str, Any], str]] = []
@@ -124,7 +137,11 @@ def check_files(paths: Iterable[Path], allow_unchecked: Iterable[str] = ()) -> l
                     "YAML document (several objects as a List: kind: List, items: [...])."
                 )
             objects.append((document, f"{path}#{index} {document.get('kind')}/{_name(document)}"))
-    return [finding for obj, where in objects for finding in check_object(obj, where, allow_unchecked)]
+    return [
+        finding
+        for obj, where in objects
+        for finding in check_object(obj, where, allow_unchecked, grace_periods)
+    ]
 
 
 def _kind_name(text: str) -> str:
@@ -149,7 +166,7 @@ def register(commands: Any) -> None:
         description="Checks every object `kubectl apply -f` would create from each YAML file (each document, each "
         "List item, each pod template of a known workload kind) with the rules of `pulumi preview --policy-pack "
         "policies/`: kubernetes-image-digest, kubernetes-gpu-pod and kubernetes-workload-checked (mandatory), "
-        "kubernetes-gpu-shm (advisory). Exit 0 only when every object was checked and no mandatory rule fails; 1 "
+        "kubernetes-gpu-shm and, with --stack-dir and --stack, kubernetes-grace-period (advisory). Exit 0 only when every object was checked and no mandatory rule fails; 1 "
         "when one fails, a workload whose pods the rules cannot judge included; 2 for a file that cannot be read "
         "or a document that is not a Kubernetes object.",
     )
@@ -165,6 +182,14 @@ def register(commands: Any) -> None:
         help="accept objects of this kind that the rules cannot judge (TrainJob; Job.example.com for one API "
         "group's): printed as 'not checked', not failing (repeat for several kinds)",
     )
+    check.add_argument(
+        "--stack-dir",
+        type=Path,
+        metavar="DIR",
+        help="with --stack: the Pulumi project whose QOS grace periods (gpuforge:scheduler.qos[].gracePeriod) "
+        "kubernetes-grace-period holds team pods to",
+    )
+    check.add_argument("--stack", metavar="NAME", help="with --stack-dir: the stack, e.g. p5-eks")
     check.set_defaults(handler=_check)
 
 
@@ -183,9 +208,24 @@ def _refuse_read_kinds(kinds: Sequence[str]) -> None:
         )
 
 
+def _grace_periods(args: argparse.Namespace) -> dict[str, int]:
+    """The stack's QOS grace periods (`--stack-dir` and `--stack` together), or none."""
+    if (args.stack_dir is None) != (args.stack is None):
+        raise InputError(
+            "--stack-dir and --stack name one stack together. Fix: give both (e.g. --stack-dir stacks/training "
+            "--stack p5-eks), or neither."
+        )
+    if args.stack_dir is None:
+        return {}
+    from gpuforge.policies.rules_kubernetes_grace import grace_periods
+    from gpuforge.stack_config import load_stack_config
+
+    return grace_periods(load_stack_config(args.stack_dir, args.stack).scheduler.qos)
+
+
 def _check(args: argparse.Namespace) -> int:
     _refuse_read_kinds(args.allow_unchecked)
-    findings = check_files(args.files, args.allow_unchecked)
+    findings = check_files(args.files, args.allow_unchecked, _grace_periods(args))
     for finding in findings:
         level = (
             "not checked, allowed" if finding.allowed else "mandatory" if finding.mandatory else "advisory"

@@ -68,6 +68,7 @@ ADVISORY = {
     "driver-branch-eol",
     "slurm-controller-cpu",
     "kubernetes-gpu-shm",
+    "kubernetes-grace-period",
 }
 # The served pack's start and each RPC: tests/waiting.py's one bound (a loaded machine's Python imports
 # pulumi and grpc slowly), not a guess of its own.
@@ -100,6 +101,7 @@ def test_config_schemas_and_their_defaults() -> None:
         "no-ssh-key",
         "iam-no-wildcard",
         "s3-no-public-principal",
+        "kubernetes-grace-period",
     }
     reconciled = reconcile_config(pack.POLICIES, {})
     for policy in pack.POLICIES:
