@@ -21,6 +21,16 @@
   https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html). It is a method, not an
   argument, because the controller's files need this component's URL and ARN before the
   controller (and its role) exist.
+- `heartbeat: {sns: <ARN>}` (gpuforge.monitoring.heartbeat): the controller may publish to that
+  topic, and a CloudWatch alarm watches it: fewer than one message published (AWS/SNS
+  NumberOfMessagesPublished, Sum) in each of enough five-minute periods to outlast the longest
+  normal gap between heartbeats, with missing data breaching (a topic nobody publishes to reports
+  no data at all), notifies the alerts topic, and notifies it again when the heartbeat is back.
+  CloudWatch can publish to an encrypted topic only under a customer managed key whose policy lets
+  `cloudwatch.amazonaws.com` use it; SNS's AWS-managed key cannot be given that
+  (https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html, "Enable compatibility between
+  event sources from AWS services and encrypted topics"), so an alerts topic made here under that key
+  is refused for the alarm.
 
 With monitoring disabled, or with neither remote write nor alerts, nothing is made.
 """
@@ -47,6 +57,11 @@ POLICY_VERSION = "2012-10-17"
 SNS_MANAGED_KEY = "alias/aws/sns"
 REMOTE_WRITE_ACTIONS = ["aps:RemoteWrite"]
 PUBLISH_ACTIONS = ["sns:Publish"]
+# The heartbeat alarm (https://docs.aws.amazon.com/sns/latest/dg/sns-monitoring-using-cloudwatch.html:
+# namespace AWS/SNS, dimension TopicName; NumberOfMessagesPublished counts what was published, which
+# needs no subscriber, where NumberOfNotificationsDelivered would need one).
+SNS_NAMESPACE = "AWS/SNS"
+HEARTBEAT_METRIC = "NumberOfMessagesPublished"
 TOPIC_KEY_ACTIONS = ["kms:GenerateDataKey*", "kms:Decrypt"]
 _KMS_KEY_ARN = re.compile(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/.+", re.ASCII)
 
@@ -65,6 +80,25 @@ def _statement(sid: str, actions: list[str], resource: pulumi.Input[str]) -> dic
     return {"Sid": sid, "Effect": "Allow", "Action": actions, "Resource": resource}
 
 
+def _check_heartbeat_alarm(monitoring: MonitoringConfig, kms_key_arn: str | None) -> None:
+    """Refuse an SNS heartbeat whose alarm could not notify: CloudWatch cannot publish to a topic under
+    SNS's AWS-managed key, which the alerts topic made here gets when the cluster has no key."""
+    heartbeat, alerts = monitoring.heartbeat, monitoring.alerts
+    if not monitoring.enabled or heartbeat is None or heartbeat.sns is None or alerts is None:
+        return
+    if alerts.sns == "create" and kms_key_arn is None:
+        raise invalid(
+            "gpuforge:monitoring.heartbeat.sns",
+            heartbeat.sns,
+            "the alarm that notices a missing heartbeat notifies the alerts topic, which is made "
+            f"under SNS's AWS-managed key ({SNS_MANAGED_KEY}) when the cluster has no KMS key, and "
+            "CloudWatch cannot publish to a topic under that key",
+            "give the cluster's bucket a customer managed key whose policy lets cloudwatch.amazonaws.com "
+            "use it (kms:GenerateDataKey*, kms:Decrypt), name an alerts topic CloudWatch can publish to "
+            "(alerts.sns: <ARN>), or use heartbeat.url",
+        )
+
+
 class MonitoringResources(pulumi.ComponentResource):
     workspace_arn: pulumi.Output[str] | None
     """The workspace Prometheus writes to (made or given); None: no remote write."""
@@ -73,6 +107,8 @@ class MonitoringResources(pulumi.ComponentResource):
     """The topic Alertmanager publishes to (made or given); None: no SNS receiver."""
     policy: pulumi.Output[str] | None
     """The controller's policy document (JSON); None: the controller needs nothing here."""
+    heartbeat_alarm: aws.cloudwatch.MetricAlarm | None
+    """The alarm on the heartbeat topic (`heartbeat.sns`); None: no SNS heartbeat."""
 
     def __init__(
         self, name: str, args: MonitoringResourcesArgs, opts: pulumi.ResourceOptions | None = None
@@ -88,6 +124,7 @@ class MonitoringResources(pulumi.ComponentResource):
                 "give the key's ARN, arn:aws:kms:<region>:<account>:key/<id>",
             )
         cluster_rules.check_tags(args.tags)
+        _check_heartbeat_alarm(args.monitoring, args.kms_key_arn)
         super().__init__(TOKEN, name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         monitoring = args.monitoring
@@ -140,6 +177,15 @@ class MonitoringResources(pulumi.ComponentResource):
             if alerts.sns == "create" and args.kms_key_arn is not None:
                 statements.append(_statement("AlertsTopicKey", TOPIC_KEY_ACTIONS, args.kms_key_arn))
 
+        self.heartbeat_alarm = None
+        heartbeat = monitoring.heartbeat if monitoring.enabled else None
+        if heartbeat is not None and heartbeat.sns is not None:
+            assert self.topic_arn is not None  # parse_monitoring: a heartbeat topic comes with alerts
+            statements.append(_statement("AlertmanagerHeartbeat", PUBLISH_ACTIONS, heartbeat.sns))
+            self.heartbeat_alarm = self._heartbeat_alarm(
+                name, heartbeat.sns, heartbeat.interval_seconds, self.topic_arn, tags, child
+            )
+
         self.policy = (
             pulumi.Output.json_dumps({"Version": POLICY_VERSION, "Statement": statements})
             if statements
@@ -151,7 +197,44 @@ class MonitoringResources(pulumi.ComponentResource):
                 "remote_write_url": self.remote_write_url,
                 "topic_arn": self.topic_arn,
                 "policy": self.policy,
+                "heartbeat_alarm": self.heartbeat_alarm.arn if self.heartbeat_alarm is not None else None,
             }
+        )
+
+    @staticmethod
+    def _heartbeat_alarm(
+        name: str,
+        topic_arn: str,
+        interval_s: int,
+        notify: pulumi.Output[str],
+        tags: dict[str, str],
+        opts: pulumi.ResourceOptions,
+    ) -> aws.cloudwatch.MetricAlarm:
+        """ALARM when no heartbeat was published for `alarm_periods` five-minute periods in a row."""
+        from gpuforge.monitoring.heartbeat import SNS_METRIC_PERIOD_S, timing
+
+        periods = timing(interval_s).alarm_periods
+        topic_name = topic_arn.rsplit(":", 1)[1]
+        return aws.cloudwatch.MetricAlarm(
+            f"{name}-heartbeat-missing",
+            alarm_description=(
+                f"gpuforge: no heartbeat published to SNS topic {topic_name} for {periods * SNS_METRIC_PERIOD_S // 60} "
+                "minutes: the Slurm controller's Prometheus or Alertmanager, or the controller, is down"
+            ),
+            namespace=SNS_NAMESPACE,
+            metric_name=HEARTBEAT_METRIC,
+            dimensions={"TopicName": topic_name},
+            statistic="Sum",
+            period=SNS_METRIC_PERIOD_S,
+            evaluation_periods=periods,
+            datapoints_to_alarm=periods,
+            threshold=1,
+            comparison_operator="LessThanThreshold",
+            treat_missing_data="breaching",
+            alarm_actions=[notify],
+            ok_actions=[notify],
+            tags=tags,
+            opts=opts,
         )
 
     def grant(self, role: pulumi.Input[str]) -> aws.iam.RolePolicy | None:

@@ -2,8 +2,8 @@
 
 Writes the controller's metrics configuration for the stack's cluster: prometheus.yml,
 prometheus.flags, alertmanager.yml, rules/gpuforge-alerts.yml, rules/gpuforge-usage.yml,
-dcgm-exporter-fields.csv (the GPU nodes' field list), dashboards/*.json (Grafana) and sizing.json
-(the series and memory estimate, also printed).
+rules/gpuforge-heartbeat.yml (with `heartbeat` only), dcgm-exporter-fields.csv (the GPU nodes'
+field list), dashboards/*.json (Grafana) and sizing.json (the series and memory estimate, also printed).
 Every file is rendered in memory and DIR checked before the first is written; then each is
 written atomically (gpuforge.atomic). DIR may be missing, empty, or hold only this render's
 files for the same cluster (each names its cluster on its first line): anything else stops
@@ -169,13 +169,21 @@ def render_set(
     from gpuforge.monitoring.config import KEY
     from gpuforge.monitoring.dashboards import dashboard_files
     from gpuforge.monitoring.fields import FIELDS_FILE, field_list_csv
+    from gpuforge.monitoring.heartbeat import duration, timing
     from gpuforge.monitoring.prometheus import (
         DCGM_JOB,
         NODE_JOB,
         prometheus_config,
         prometheus_flags,
     )
-    from gpuforge.monitoring.rules import ALERTS_FILE, USAGE_FILE, alert_rules, recording_rules
+    from gpuforge.monitoring.rules import (
+        ALERTS_FILE,
+        HEARTBEAT_FILE,
+        USAGE_FILE,
+        alert_rules,
+        heartbeat_rules,
+        recording_rules,
+    )
     from gpuforge.monitoring.sizing import SIZING_FILE, sizing_json
 
     checked = _checked(config)
@@ -203,6 +211,7 @@ def render_set(
     alerts = alert_rules(
         cluster=cluster.name, gpu_count=instance.gpu_count, dcgm_job=DCGM_JOB, node_job=NODE_JOB
     )
+    beat = timing(monitoring.heartbeat.interval_seconds) if monitoring.heartbeat is not None else None
     files = {
         "prometheus.yml": prometheus_config(
             cluster=cluster.name,
@@ -213,7 +222,9 @@ def render_set(
             workspace_arn=workspace_arn,
             source=config.source,
         ),
-        "prometheus.flags": prometheus_flags(cluster=cluster.name),
+        "prometheus.flags": prometheus_flags(
+            cluster=cluster.name, resend_delay=duration(beat.resend_delay_ms) if beat else None
+        ),
         "alertmanager.yml": alertmanager_config(
             cluster=cluster.name,
             region=config.region,
@@ -227,6 +238,10 @@ def render_set(
         **dashboard_files(cluster=cluster.name, alert_rules_text=alerts),
         SIZING_FILE: sizing_json(checked.sizing, cluster=cluster.name),
     }
+    if beat is not None:
+        files[f"{RULES_DIR}/{HEARTBEAT_FILE}"] = heartbeat_rules(
+            cluster=cluster.name, interval=duration(beat.rule_interval_ms)
+        )
     return cluster.name, files
 
 

@@ -9,7 +9,14 @@
       sns: create               # create (a topic MonitoringResources makes) | an SNS topic ARN
       email: [oncall@example.com]
     drainOnAlert: true          # alerts that say "this node is bad" drain it in Slurm
+    heartbeat:                  # optional: an always-firing alert to a receiver off the controller
+      url: https://...          # an HTTPS URL (a dead-man's-switch service) | sns: <SNS topic ARN>
+      intervalSeconds: 60       # how often it arrives (4 to 3600)
 ```
+
+`heartbeat` is gpuforge.monitoring.heartbeat's dead-man's switch: with `sns`, MonitoringResources
+grants the controller publish on the topic and makes the CloudWatch alarm that tells the alerts
+topic when the heartbeat stops, so it needs `alerts` and a topic in the stack's region.
 
 `amp` and `create` are made by components/monitoring_resources.py at `pulumi up`, which also
 subscribes each email address and grants the controller's role write and publish on exactly
@@ -35,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from gpuforge.display import cut
 from gpuforge.errors import InputError
+from gpuforge.monitoring.heartbeat import DEFAULT_INTERVAL_S, MAX_INTERVAL_S, MIN_INTERVAL_S, url_problem
 from gpuforge.stack_config import (
     NAMESPACE,
     StackConfig,
@@ -92,6 +100,16 @@ class AlertsConfig(_Strict):
     email: list[StrictStr] = Field(default_factory=list)
 
 
+class HeartbeatConfig(_Strict):
+    """`heartbeat`: the receiver outside the controller that must keep hearing GpuforgeHeartbeat."""
+
+    url: StrictStr | None = None  # an https URL (gpuforge.monitoring.heartbeat.url_problem)
+    sns: StrictStr | None = None  # an existing SNS topic ARN, in the stack's region
+    interval_seconds: StrictInt = Field(
+        default=DEFAULT_INTERVAL_S, ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S, alias="intervalSeconds"
+    )
+
+
 class _MonitoringKeys(_Strict):
     enabled: StrictBool | None = None
     retention_days: StrictInt = Field(
@@ -100,6 +118,7 @@ class _MonitoringKeys(_Strict):
     remote_write: Literal["none", "amp"] | WorkspaceRef = Field(default="none", alias="remoteWrite")
     alerts: AlertsConfig | None = None
     drain_on_alert: StrictBool = Field(default=True, alias="drainOnAlert")
+    heartbeat: HeartbeatConfig | None = None
 
 
 class MonitoringConfig(BaseModel):
@@ -112,6 +131,7 @@ class MonitoringConfig(BaseModel):
     remote_write: str | WorkspaceRef  # "none", "amp" or an existing workspace
     alerts: AlertsConfig | None  # None: no SNS receiver
     drain_on_alert: bool
+    heartbeat: HeartbeatConfig | None = None  # None: no dead-man's switch
 
     @property
     def sns_topic_arn(self) -> str | None:
@@ -191,6 +211,56 @@ def _check_emails(source: str, addresses: list[str]) -> None:
         seen[key] = index
 
 
+def _check_heartbeat(
+    source: str, heartbeat: HeartbeatConfig, alerts: AlertsConfig | None, region: str
+) -> None:
+    """One receiver, outside the controller; an SNS one where gpuforge's CloudWatch alarm can watch it."""
+    if (heartbeat.url is None) == (heartbeat.sns is None):
+        raise _error(
+            source,
+            "heartbeat",
+            heartbeat.model_dump(by_alias=True, exclude_none=True),
+            "give exactly one receiver, `url` or `sns`",
+            "`heartbeat: {url: https://...}` for a dead-man's-switch service, or `heartbeat: {sns: <topic ARN>}`",
+        )
+    if heartbeat.url is not None:
+        problem = url_problem(heartbeat.url)
+        if problem is not None:
+            raise _error(source, "heartbeat.url", heartbeat.url, problem[0], problem[1])
+        return
+    topic = heartbeat.sns
+    assert topic is not None
+    _check_arn(source, "heartbeat.sns", topic, _TOPIC_ARN, "an SNS topic ARN", region)
+    topic_region = topic.split(":")[3]
+    if topic_region != region:
+        raise _error(
+            source,
+            "heartbeat.sns",
+            topic,
+            f"the topic is in {topic_region}; the CloudWatch alarm that notices a missing heartbeat reads the "
+            f"topic's metrics in the stack's region, {region}",
+            f"give a topic in {region}, or use `heartbeat.url`",
+        )
+    if alerts is None:
+        raise _error(
+            source,
+            "heartbeat.sns",
+            topic,
+            "the CloudWatch alarm that notices a missing heartbeat notifies the alerts topic, and the stack has "
+            "no `alerts`, so nobody would hear it",
+            "add `alerts: {sns: ..., email: [...]}`, or use `heartbeat.url`",
+        )
+    if alerts.sns == topic:
+        raise _error(
+            source,
+            "heartbeat.sns",
+            topic,
+            "the same topic as alerts.sns: every heartbeat would reach the people subscribed to alerts, and the "
+            "alarm would count alerts as heartbeats",
+            "give a topic of its own (no subscriptions needed)",
+        )
+
+
 def _pydantic_error(source: str, error: ValidationError) -> InputError:
     lines = []
     for detail in error.errors():
@@ -258,12 +328,15 @@ def parse_monitoring(raw: str | None, config: StackConfig) -> MonitoringConfig:
                 config.region,
             )
         _check_emails(source, keys.alerts.email)
+    if keys.heartbeat is not None:
+        _check_heartbeat(source, keys.heartbeat, keys.alerts, config.region)
     return MonitoringConfig(
         enabled=enabled,
         retention_days=keys.retention_days,
         remote_write=keys.remote_write,
         alerts=keys.alerts,
         drain_on_alert=keys.drain_on_alert,
+        heartbeat=keys.heartbeat,
     )
 
 

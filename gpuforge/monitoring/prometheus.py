@@ -158,7 +158,7 @@ def _remote_write_target(
     return None
 
 
-def prometheus_flags(*, cluster: str) -> str:
+def prometheus_flags(*, cluster: str, resend_delay: str | None = None) -> str:
     """Flags for the controller's Prometheus, one a line. Retention is not one of them: it is prometheus.yml's
     `storage.tsdb.retention.time` (prometheus_config). Prometheus deprecated the flag
     `--storage.tsdb.retention.time` in 3.8 ("[DEPRECATED] ... use the storage.tsdb.retention.time field in the
@@ -167,6 +167,8 @@ def prometheus_flags(*, cluster: str) -> str:
     config reload. Only an LTS series is accepted (monitoring.prometheus-supported), so every accepted
     Prometheus reads the field (3.5, which refuses it, ended support on 2026-07-31)."""
     flags = ["--web.listen-address=127.0.0.1:9090"]
+    if resend_delay is not None:  # with a heartbeat: how soon a dead Prometheus's heartbeat ends
+        flags.append(f"--rules.alert.resend-delay={resend_delay}")
     return (
         f"# prometheus.flags for cluster {cluster}, rendered by gpuforge: the controller's Prometheus runs with these\n"
         + "".join(f"{flag}\n" for flag in flags)

@@ -22,6 +22,7 @@ from gpuforge.node.xid import NVLINK5_WORKFLOW, RECOVERY_XID, XidCatalog, load_c
 DATA_FILE = "data/monitoring_alerts.yaml"
 ALERTS_FILE = "gpuforge-alerts.yml"
 USAGE_FILE = "gpuforge-usage.yml"
+HEARTBEAT_FILE = "gpuforge-heartbeat.yml"
 XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
 # A rule gpuforge records is a metric gpuforge exports: its name starts with this.
 OWN_PREFIX = "gpuforge_"
@@ -47,10 +48,33 @@ class Recording:
 
 
 @dataclass(frozen=True)
+class Heartbeat:
+    """The always-firing alert of the dead-man's switch (gpuforge.monitoring.heartbeat)."""
+
+    name: str
+    expr: str
+    severity: str
+    meaning: str
+    action: str
+
+
+@dataclass(frozen=True)
+class Inhibit:
+    """While `source` fires, `targets` with the same `equal` labels are not sent (Alertmanager inhibit_rules)."""
+
+    source: str
+    equal: tuple[str, ...]
+    reason: str
+    targets: tuple[str, ...]  # every drain: false alert of the pack but the source, in the pack's order
+
+
+@dataclass(frozen=True)
 class RuleData:
     alerts: tuple[Alert, ...]
     recording_interval: str
     recording: tuple[Recording, ...]
+    heartbeat: Heartbeat
+    inhibit: tuple[Inhibit, ...]
 
 
 @cache
@@ -75,7 +99,26 @@ def load_rules() -> RuleData:
     for rule in recording:
         if not rule.record.startswith(OWN_PREFIX):
             raise ValueError(f"{DATA_FILE}: recorded metric {rule.record} does not start with {OWN_PREFIX}")
-    return RuleData(alerts=alerts, recording_interval=data["recording"]["interval"], recording=recording)
+    names = [alert.name for alert in alerts]
+    inhibit = tuple(
+        Inhibit(
+            source=row["source"],
+            equal=tuple(row["equal"]),
+            reason=row["reason"],
+            targets=tuple(alert.name for alert in alerts if not alert.drain and alert.name != row["source"]),
+        )
+        for row in data["inhibit"]
+    )
+    for inhibit_rule in inhibit:
+        if inhibit_rule.source not in names:
+            raise ValueError(f"{DATA_FILE}: inhibit source {inhibit_rule.source} is not an alert of the pack")
+    return RuleData(
+        alerts=alerts,
+        recording_interval=data["recording"]["interval"],
+        recording=recording,
+        heartbeat=Heartbeat(**data["heartbeat"]),
+        inhibit=inhibit,
+    )
 
 
 def _ranges(codes: Iterable[int]) -> list[tuple[int, int]]:
@@ -162,6 +205,21 @@ def alert_rules(*, cluster: str, gpu_count: int, dcgm_job: str, node_job: str) -
     return _dump(
         {"groups": [{"name": "gpuforge-alerts", "rules": rules}]},
         f"{ALERTS_FILE} for cluster {cluster}, rendered by gpuforge from {DATA_FILE} and data/xid_catalog.json",
+    )
+
+
+def heartbeat_rules(*, cluster: str, interval: str) -> str:
+    """rules/gpuforge-heartbeat.yml: the always-firing heartbeat, its group evaluated every `interval`."""
+    heartbeat = load_rules().heartbeat
+    rule = {
+        "alert": heartbeat.name,
+        "expr": heartbeat.expr,
+        "labels": {"severity": heartbeat.severity, "drain": "false"},
+        "annotations": {"summary": heartbeat.meaning, "action": heartbeat.action},
+    }
+    return _dump(
+        {"groups": [{"name": "gpuforge-heartbeat", "interval": interval, "rules": [rule]}]},
+        f"{HEARTBEAT_FILE} for cluster {cluster}, rendered by gpuforge from {DATA_FILE}",
     )
 
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 import threading
 import urllib.parse
@@ -49,7 +48,7 @@ from typing import Any, cast
 
 import pytest
 import yaml
-from monitoring_support import SHIPPED_STACKS, tool
+from monitoring_support import SHIPPED_STACKS, alertmanager_command, tool
 from monitoring_tools import free_port, running
 from test_real_daemons import _get, _wait
 from waiting import WAIT_S
@@ -203,30 +202,6 @@ def _configs(
     (out / "alertmanager.yml").write_text(yaml.safe_dump(manager), encoding="utf-8")
 
 
-def _alertmanager_command(config: Path, data: Path, port: int, tmp: Path) -> list[str]:
-    """Alertmanager in a private mount namespace whose /usr/share holds Debian's template (test_real_daemons)."""
-    templates = tool("prometheus-alertmanager").parents[2] / "usr/share/prometheus/alertmanager"
-    upper, work = tmp / "upper", tmp / "work"
-    shutil.copytree(templates, upper / "prometheus" / "alertmanager")
-    work.mkdir(parents=True)
-    overlay = f"lowerdir=/usr/share,upperdir={upper},workdir={work}"
-    return [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "sh",
-        "-c",
-        f'mount -t overlay overlay -o {overlay} /usr/share && exec "$@"',
-        "sh",
-        str(tool("prometheus-alertmanager")),
-        f"--config.file={config}",
-        f"--storage.path={data}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--cluster.listen-address=",
-    ]
-
-
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[SlurmTestCluster, str, InstanceType]]:
     with open_cluster(tmp_path / "slurm", ROOT, REPO / "gpuforge") as test_cluster:
@@ -302,7 +277,7 @@ def test_an_xid_under_a_running_job_drains_its_node_and_the_idle_node_is_reporte
                 prometheus_log,
             ),
             running(
-                _alertmanager_command(
+                alertmanager_command(
                     work / "alertmanager.yml", tmp_path / "am", alertmanager_port, tmp_path / "overlay"
                 ),
                 alertmanager_log,

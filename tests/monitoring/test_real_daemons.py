@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 import urllib.request
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import pytest
-from monitoring_support import SHIPPED_STACKS, tool
+from monitoring_support import SHIPPED_STACKS, alertmanager_command, tool
 from monitoring_tools import free_port, log_tail, running, wait_ready
 from waiting import WAIT_S, wait_until
 
@@ -114,28 +113,8 @@ def test_alertmanager_sends_a_drain_alert_to_the_receiver_on_loopback(rendered: 
     thread.start()
     if os.geteuid() != 0:
         pytest.skip("the overlay for Debian's template path needs root (unshare, mount)")
-    alertmanager = tool("prometheus-alertmanager")
-    templates = alertmanager.parents[2] / "usr" / "share" / "prometheus" / "alertmanager"
-    upper, work = tmp_path / "upper", tmp_path / "work"
-    shutil.copytree(templates, upper / "prometheus" / "alertmanager")
-    work.mkdir()
-    overlay = f"lowerdir=/usr/share,upperdir={upper},workdir={work}"
     port = free_port()
-    command = [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "sh",
-        "-c",
-        f'mount -t overlay overlay -o {overlay} /usr/share && exec "$@"',
-        "sh",
-        str(alertmanager),
-        f"--config.file={rendered / 'alertmanager.yml'}",
-        f"--storage.path={tmp_path / 'am'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--cluster.listen-address=",
-    ]
+    command = alertmanager_command(rendered / "alertmanager.yml", tmp_path / "am", port, tmp_path / "overlay")
     log = tmp_path / "alertmanager.log"
     try:
         with running(command, log) as process:
