@@ -27,7 +27,6 @@ can call the heartbeat missing is a number gpuforge states, not a guess:
 from __future__ import annotations
 
 import ipaddress
-import math
 import re
 from dataclasses import dataclass
 
@@ -35,7 +34,6 @@ DEFAULT_INTERVAL_S = 60
 MIN_INTERVAL_S = 4  # a quarter of it is a whole second or more
 MAX_INTERVAL_S = 3600  # a heartbeat an hour apart would let a dead controller go unnoticed for hours
 PROMETHEUS_RESEND_DELAY_MS = 60_000  # Prometheus's default --rules.alert.resend-delay (1m)
-EVALUATION_INTERVAL_MS = 15_000  # prometheus.yml's evaluation_interval (gpuforge.monitoring.prometheus)
 # AWS/SNS metrics reach CloudWatch every five minutes ("automatically collected and pushed to
 # CloudWatch every five minutes", https://docs.aws.amazon.com/sns/latest/dg/MonitorSNSwithCloudWatch.html),
 # so the alarm reads NumberOfMessagesPublished in five-minute periods.
@@ -86,6 +84,9 @@ class HeartbeatTiming:
 
 def timing(interval_s: int) -> HeartbeatTiming:
     """The rendered intervals for a heartbeat every `interval_s` seconds (MIN_INTERVAL_S..MAX_INTERVAL_S)."""
+    # prometheus.yml's evaluation_interval; imported here, as gpuforge.monitoring.config imports this module
+    from gpuforge.monitoring.prometheus import SCRAPE_INTERVAL_S
+
     interval_ms = interval_s * 1000
     quarter = interval_ms // 4
     return HeartbeatTiming(
@@ -93,13 +94,8 @@ def timing(interval_s: int) -> HeartbeatTiming:
         group_interval_ms=quarter,
         repeat_interval_ms=interval_ms - quarter,
         resend_delay_ms=min(quarter, PROMETHEUS_RESEND_DELAY_MS),
-        rule_interval_ms=min(quarter, EVALUATION_INTERVAL_MS),
+        rule_interval_ms=min(quarter, SCRAPE_INTERVAL_S * 1000),
     )
-
-
-def alarm_minutes(interval_s: int) -> int:
-    """The span, in minutes, of the CloudWatch alarm's periods (for messages and the README)."""
-    return math.ceil(timing(interval_s).alarm_periods * SNS_METRIC_PERIOD_S / 60)
 
 
 # RFC 3986 (https://www.rfc-editor.org/rfc/rfc3986#section-3): an `https` URL with a host (RFC 1035
