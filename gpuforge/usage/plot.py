@@ -4,7 +4,9 @@ job), drawn with `validate report`'s SVG frame.
 Each group's bar stacks the hours its jobs' GPUs were useful (SM-active GPU-hours), held idle (the
 idle rule of metrics.py), and held otherwise; a group without metrics gets one "held (no metrics)"
 segment. Unused reserved hours belong to no group (nobody held them), so they are a bar of their own
-at the end. Each bar is a `<g data-group=...>` whose rectangles carry `data-series`, so the file can be
+at the end. The GPU-hour axis carries its values (`<text data-tick=...>` at round steps) and each bar
+its dollars (`<text data-usd=...>`, the report's cost of the group, "no price" where there is none).
+Each bar is a `<g data-group=...>` whose rectangles carry `data-series`, so the file can be
 checked by a program as well as read. Names come from accounting: each is written through
 gpuforge.display.printable (XML has no place for control characters) and then XML-escaped, in one
 place (_label).
@@ -12,6 +14,7 @@ place (_label).
 
 from __future__ import annotations
 
+import math
 from html import escape
 
 from gpuforge.display import printable
@@ -41,13 +44,33 @@ def _label(name: str) -> str:
     return escape(printable(name))
 
 
+def _ticks(top: float) -> list[float]:
+    """Round axis values from 0 to at least `top`: a step of 1, 2 or 5 times a power of ten, 4 to 10 steps."""
+    raw = top / 5
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(power * factor for factor in (1, 2, 5, 10) if power * factor >= raw)
+    # 12 significant digits: 3 x 0.1 is 0.30000000000000004 in binary, an axis says 0.3
+    return [float(f"{step * index:.12g}") for index in range(math.ceil(top / step - 1e-9) + 1)]
+
+
+def _tick_text(value: float) -> str:
+    return f"{value:g}"
+
+
+def _usd(cost: float | None) -> str:
+    return "no price" if cost is None else f"${cost:,.2f}"
+
+
 def render_svg(report: UsageReport, *, width: int = 720, height: int = 420) -> str:
     """One bar per group of the report (report.by), then the unused reserved bar."""
     margin = 60
-    bars = [(group.name, _segments(group)) for group in report.groups]
+    bars = [(group.name, _segments(group), report.cost(group)) for group in report.groups]
     if report.reserved is not None:
-        bars.append((UNUSED_BAR, [("unused reserved", report.reserved.gpu_seconds_unused / 3600)]))
-    top = max((sum(value for _, value in segments) for _, segments in bars), default=0.0) or 1.0
+        unused = [("unused reserved", report.reserved.gpu_seconds_unused / 3600)]
+        bars.append((UNUSED_BAR, unused, report.unused_cost()))
+    highest = max((sum(value for _, value in segments) for _, segments, _ in bars), default=0.0) or 1.0
+    ticks = _ticks(highest)
+    top = ticks[-1]
     plot_height = height - 2 * margin
     slot = (width - 2 * margin) / max(1, len(bars))
     parts = [
@@ -55,11 +78,18 @@ def render_svg(report: UsageReport, *, width: int = 720, height: int = 420) -> s
         f'<line x1="{margin}" y1="{margin}" x2="{margin}" y2="{height - margin}" stroke="black"/>',
         f'<text x="15" y="{height / 2}" transform="rotate(-90 15 {height / 2})" text-anchor="middle">GPU-hours</text>',
         f'<text x="{margin}" y="{margin - 25}">GPU-hours per {_label(report.by)}, {escape(report.window.since.isoformat())} to '
-        f"{escape(report.window.until.isoformat())} (max {top:.1f})</text>",
+        f"{escape(report.window.until.isoformat())} (max {highest:.1f}; $ above each bar)</text>",
     ]
+    for tick in ticks:
+        y_tick = height - margin - tick / top * plot_height
+        parts.append(
+            f'<line x1="{margin - 4}" y1="{y_tick:.1f}" x2="{margin}" y2="{y_tick:.1f}" stroke="black"/>'
+            f'<text data-tick="{tick!r}" x="{margin - 6}" y="{y_tick + 4:.1f}" text-anchor="end">'
+            f"{_tick_text(tick)}</text>"
+        )
     if not bars:
         parts.append(f'<text x="{margin + 10}" y="{height // 2}">no GPU jobs in the window</text>')
-    for index, (name, segments) in enumerate(bars):
+    for index, (name, segments, cost) in enumerate(bars):
         x = margin + index * slot + slot * 0.15
         y = float(height - margin)
         rects = []
@@ -71,7 +101,11 @@ def render_svg(report: UsageReport, *, width: int = 720, height: int = 420) -> s
                 f'fill="{SERIES[series]}"><title>{_label(name)}: {series} {value:.2f} GPU-h</title></rect>'
             )
         label = f'<text x="{x + slot * 0.35:.1f}" y="{height - margin + 15}" text-anchor="middle">{_label(name)}</text>'
-        parts.append(f'<g data-group="{_label(name)}">{"".join(rects)}{label}</g>')
+        usd = (
+            f'<text data-usd="{"" if cost is None else repr(cost)}" x="{x + slot * 0.35:.1f}" y="{y - 4:.1f}" '
+            f'text-anchor="middle">{_usd(cost)}</text>'
+        )
+        parts.append(f'<g data-group="{_label(name)}">{"".join(rects)}{usd}{label}</g>')
     for index, (series, colour) in enumerate(SERIES.items()):
         parts.append(
             f'<text x="{width - margin}" y="{margin + 15 * index}" text-anchor="end" fill="{colour}">{series}</text>'

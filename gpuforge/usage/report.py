@@ -6,7 +6,9 @@ The JSON keys are a contract (README, "Usage and cost"): `stack`, `window` {`sin
 `gpu_hours_metered`, `gpu_hours_useful`, `useful_fraction`, `gpu_hours_idle`, `metrics`, `cost_usd`}), `metrics`
 {`source`, `idle_rule`}, `reserved` (null for On-Demand capacity), `failures` (null without an event
 history), `records` (what was made of sacct's records: gpuforge.usage.records), `price`
-{`usd_per_gpu_hour`, `source`}, `checkpoint` (gpuforge.checkpoint's advice, or null
+{`usd_per_gpu_hour`, `source`}, `ledger` (the window priced by the capacity ledger,
+gpuforge.usage.ledger: {`file`, `cost_lines`, `cost_usd`}, or null with `ledger_note` saying the report
+was priced from today's stack file), `checkpoint` (gpuforge.checkpoint's advice, or null
 when the stack sets no `gpuforge:checkpoint` or it cannot be computed; `checkpoint_note` says which). A figure that cannot be known is null and its text is "no metrics" or "no price",
 never an estimate.
 
@@ -26,6 +28,7 @@ from gpuforge.checkpoint import CheckpointAdvice
 from gpuforge.display import printable
 from gpuforge.usage.cost import Rate
 from gpuforge.usage.events import NodeEvent, interrupted_jobs, node_seconds_lost
+from gpuforge.usage.ledger import Period
 from gpuforge.usage.metrics import IDLE_SM_ACTIVE, JobMetrics
 from gpuforge.usage.records import Records
 from gpuforge.usage.reservations import Reserved
@@ -103,6 +106,50 @@ class Failures:
 
 
 @dataclass(frozen=True)
+class CostLine:
+    """One ledger period's part of the window: the GPU-seconds each group held in it, priced at its rate.
+    Figures are unrounded, so the lines sum to the total a reader recomputes."""
+
+    period: Period
+    span: Window
+    held: dict[str, int]  # group name -> GPU-seconds held inside span
+    gpu_seconds_held: int
+
+    @property
+    def gpu_seconds_reserved(self) -> int:
+        return 0 if self.period.kind == "on-demand" else self.period.gpus * self.span.seconds
+
+    @property
+    def gpu_seconds_unused(self) -> int:
+        return max(0, self.gpu_seconds_reserved - self.gpu_seconds_held) if self.gpu_seconds_reserved else 0
+
+    def cost(self, gpu_seconds: float) -> float:
+        return gpu_seconds / 3600 * self.period.usd_per_gpu_hour
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "period": self.period.to_json(),
+            "since": self.span.since.isoformat(),
+            "until": self.span.until.isoformat(),
+            "gpu_seconds_held": self.gpu_seconds_held,
+            "usd_per_gpu_hour": self.period.usd_per_gpu_hour,
+            "rate_source": self.period.source(),
+            "cost_usd": self.cost(self.gpu_seconds_held),
+            "gpu_seconds_reserved": self.gpu_seconds_reserved,
+            "gpu_seconds_unused": self.gpu_seconds_unused,
+            "cost_usd_unused": self.cost(self.gpu_seconds_unused),
+        }
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The window priced by the capacity ledger (gpuforge.usage.ledger): one line per period it meets."""
+
+    file: str  # the ledger's name in the stack folder
+    lines: tuple[CostLine, ...]
+
+
+@dataclass(frozen=True)
 class UsageReport:
     stack: str
     window: Window
@@ -118,6 +165,32 @@ class UsageReport:
     records: Records | None = None  # None: no sacct records were screened (a report built by hand)
     until_requested: datetime | None = None  # --until as asked; None: the window's own until
     window_note: str | None = None  # why the window ends before --until
+    ledger: Ledger | None = None  # None: priced from today's stack file (`rate`)
+    ledger_note: str | None = None  # why there is no ledger, and what that means
+
+    def cost_exact(self, group: Group) -> float | None:
+        """`group`'s dollars, unrounded: each ledger line's GPU-seconds at its rate, else at `rate`."""
+        if self.ledger is None:
+            rate = self.rate.usd_per_gpu_hour
+            return None if rate is None else group.gpu_seconds_held / 3600 * rate
+        return sum(
+            line.cost(line.gpu_seconds_held if group is self.total else line.held.get(group.name, 0))
+            for line in self.ledger.lines
+        )
+
+    def cost(self, group: Group) -> float | None:
+        exact = self.cost_exact(group)
+        return None if exact is None else round(exact, 2)
+
+    def unused_cost(self) -> float | None:
+        if self.reserved is None:
+            return None
+        if self.ledger is None:
+            return self.rate.dollars(self.reserved.gpu_seconds_unused)
+        return round(sum(line.cost(line.gpu_seconds_unused) for line in self.ledger.lines), 2)
+
+    def group_json(self, group: Group) -> dict[str, Any]:
+        return {**group.to_json(self.rate), "cost_usd": self.cost(group)}
 
     def to_json(self) -> dict[str, Any]:
         requested = self.until_requested or self.window.until
@@ -130,18 +203,26 @@ class UsageReport:
                 "note": self.window_note,
             },
             "by": self.by,
-            "groups": [group.to_json(self.rate) for group in self.groups],
-            "total": self.total.to_json(self.rate),
+            "groups": [self.group_json(group) for group in self.groups],
+            "total": self.group_json(self.total),
             "metrics": {"source": self.metrics_source or NO_METRICS, "idle_rule": IDLE_RULE},
             "reserved": None
             if self.reserved is None
             else {
                 **self.reserved.to_json(),
-                "cost_usd_unused": self.rate.dollars(self.reserved.gpu_seconds_unused),
+                "cost_usd_unused": self.unused_cost(),
             },
             "failures": None if self.failures is None else self.failures.to_json(),
             "records": None if self.records is None else {**self.records.to_json(), "held_rule": HELD_RULE},
             "price": self.rate.to_json(),
+            "ledger": None
+            if self.ledger is None
+            else {
+                "file": self.ledger.file,
+                "cost_lines": [line.to_json() for line in self.ledger.lines],
+                "cost_usd": self.cost_exact(self.total),
+            },
+            **({} if self.ledger is not None else {"ledger_note": self.ledger_note}),
             "checkpoint": None if self.checkpoint is None else self.checkpoint.to_json(),
             **({} if self.checkpoint is not None else {"checkpoint_note": self.checkpoint_note}),
         }
@@ -201,7 +282,7 @@ def render_text(report: UsageReport) -> str:
         lines.append(f"window: {report.window_note}")
     lines.append(header)
     for group in (*report.groups, report.total):
-        data = group.to_json(report.rate)
+        data = report.group_json(group)
         fraction = NO_METRICS if data["useful_fraction"] is None else f"{data['useful_fraction']:.1%}"
         idle = "-" if data["gpu_hours_idle"] is None else f"{data['gpu_hours_idle']:.2f}"
         cost = "no price" if data["cost_usd"] is None else f"{data['cost_usd']:,.2f}"
@@ -214,7 +295,7 @@ def render_text(report: UsageReport) -> str:
         lines.append("reserved: none (On-Demand capacity)")
     else:
         reserved = report.reserved.to_json()
-        unused_cost = report.rate.dollars(report.reserved.gpu_seconds_unused)
+        unused_cost = report.unused_cost()
         lines.append(
             f"reserved: {reserved['gpu_hours_reserved']:.2f} GPU-h, held {reserved['gpu_hours_held']:.2f}, "
             f"unused {reserved['gpu_hours_unused']:.2f} GPU-h "
@@ -238,8 +319,27 @@ def render_text(report: UsageReport) -> str:
             f"counted as held: {_counted(records.suspended)}; elapsed differs from end - start - suspended: "
             f"{_counted(records.elapsed_mismatch)}"
         )
+    lines.extend(_ledger_lines(report))
     rate = report.rate.usd_per_gpu_hour
     lines.append(f"price: {'' if rate is None else f'${rate:,.6f} per GPU-hour: '}{report.rate.source}")
     advice = report.checkpoint
     lines.append(f"checkpoint interval: {report.checkpoint_note if advice is None else advice.line()}")
     return "".join(printable(line) + "\n" for line in lines)
+
+
+def _ledger_lines(report: UsageReport) -> list[str]:
+    """One line per ledger period the window meets, then their sum: the total a reader recomputes."""
+    if report.ledger is None:
+        return [] if report.ledger_note is None else [f"ledger: {report.ledger_note}"]
+    lines = []
+    for line in report.ledger.lines:
+        lines.append(
+            f"cost line: {line.period.name}, {line.span.since.isoformat()} to {line.span.until.isoformat()}: "
+            f"{line.gpu_seconds_held / 3600:.4f} GPU-h held x ${line.period.usd_per_gpu_hour:,.6f}/GPU-h = "
+            f"${line.cost(line.gpu_seconds_held):,.2f} ({line.period.source()})"
+        )
+    total = report.cost_exact(report.total) or 0.0
+    lines.append(
+        f"cost total: ${total:,.2f}, the sum of the {len(report.ledger.lines)} line(s) ({report.ledger.file})"
+    )
+    return lines
