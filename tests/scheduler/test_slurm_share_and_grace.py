@@ -8,8 +8,8 @@ as device files), so the per-GPU defaults are those a real p5 gets. Teams and QO
 
 What is proved:
 - eight 1-GPU jobs that name no CPUs or memory run at once on the one node, each allocated its GPU's share of
-  the node (DefCpuPerGPU, DefMemPerGPU), as `scontrol show job` and sacct report it; two teams at their GPU
-  quotas share the node;
+  the node (DefCpuPerGPU, DefMemPerGPU), as `scontrol show job` and sacct report it; two teams share the node,
+  vision at its quota of 4 GPUs;
 - a research job preempted by a production job gets SIGTERM (its step records it), runs on for the research
   QOS's GraceTime, then gets the kill sequence and is requeued, with the gap between the two signals bounded
   by the setting and Slurm's documented timing.
@@ -55,6 +55,10 @@ GRACE_S = 5
 # _slurmctld_background() in src/slurmctld/controller.c, SchedMD/slurm tag slurm-26-05-3-1), so the kill sequence
 # comes up to that long after the grace ends.
 TIME_LIMIT_CHECK_S = 30
+# The kill sequence then travels slurmctld -> slurmd -> slurmstepd -> the task: within MessageTimeout ("Time
+# permitted for a round-trip communication to complete", 10 s by default, slurm.conf(5) of 26.05; not set by
+# gpuforge), which a loaded 2-core machine may need.
+MESSAGE_TIMEOUT_S = 10
 # Slurm keeps job times in whole seconds: the grace ends at the second the preemption began plus GraceTime, and
 # the first signal may come up to a second into that second.
 CLOCK_S = 1.0
@@ -247,7 +251,7 @@ def test_a_preempted_research_job_gets_sigterm_then_its_grace_then_is_requeued(
         "the kill sequence after the grace",
         lambda: _signals(log),
         lambda seen: [name for name, _ in seen].count("SIGTERM") == 2,
-        beyond_s=GRACE_S + TIME_LIMIT_CHECK_S,
+        beyond_s=GRACE_S + TIME_LIMIT_CHECK_S + MESSAGE_TIMEOUT_S,
     )
     (_, first_at), (_, second_at) = [item for item in signals if item[0] == "SIGTERM"]
     started_at = signals[0][1]
@@ -255,7 +259,7 @@ def test_a_preempted_research_job_gets_sigterm_then_its_grace_then_is_requeued(
     assert first_at < end, (signals, preempted)  # the warning came before the grace ran out
     assert second_at >= end - CLOCK_S / 2, (signals, preempted)  # and the kill not before it ran out
     gap = second_at - first_at
-    assert GRACE_S - CLOCK_S <= gap <= GRACE_S + TIME_LIMIT_CHECK_S + CLOCK_S, (gap, signals)
+    assert GRACE_S - CLOCK_S <= gap <= GRACE_S + TIME_LIMIT_CHECK_S + MESSAGE_TIMEOUT_S, (gap, signals)
     # Then requeued, not cancelled, and the production job runs on the freed GPUs.
     requeued = cluster.wait_job(
         research,
