@@ -42,6 +42,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "validate": ("gpuforge.validate.cli", "judge NCCL and DCGM acceptance runs against per-type floors"),
     "usage": ("gpuforge.usage.cli", "GPU-hours held, useful and idle, unused reserved hours and cost"),
+    "capacity-ledger": (
+        "gpuforge.usage.ledger_cli",
+        "record the stack's current capacity in its capacity ledger",
+    ),
 }
 
 Handler = Callable[[argparse.Namespace], int]

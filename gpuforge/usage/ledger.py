@@ -107,6 +107,17 @@ class Period:
         until = window.until if self.end is None else min(window.until, self.end)
         return Window(since, until) if since < until else None
 
+    def to_file(self) -> dict[str, Any]:
+        """The period as the ledger file writes it (the keys read_ledger reads)."""
+        entry: dict[str, Any] = {"type": self.kind}
+        if self.reservation_id is not None:
+            entry["reservationId"] = self.reservation_id
+        entry.update(instanceType=self.instance_type, nodes=self.nodes, start=_iso(self.start))
+        if self.end is not None:
+            entry["end"] = _iso(self.end)
+        entry[PRICE_KEY[self.kind]] = self.usd
+        return entry
+
     def to_json(self) -> dict[str, Any]:
         return {
             "type": self.kind,
@@ -117,6 +128,10 @@ class Period:
             "end": None if self.end is None else self.end.isoformat(),
             PRICE_KEY[self.kind]: self.usd,
         }
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
 
 
 def _bad(path: Path, where: str, rule: str, value: object) -> InputError:
