@@ -316,7 +316,7 @@ def _report(args: argparse.Namespace) -> int:
     ]
     report = judge_files(texts, floors, args.nodes, gpus_per_node=instance.gpu_count)
     # NCCL's transport, from its INFO lines where the saved output has them (gpuforge.validate.transport).
-    by_file = dict(texts)
-    for verdict in report.nccl:
-        apply_transport(verdict, by_file[verdict.file], instance, required=False)
+    for name, text in dict(texts).items():
+        runs = [verdict for verdict in report.nccl if verdict.file == name]
+        apply_transport(runs, text, instance, required=False)
     return _emit(report, args)

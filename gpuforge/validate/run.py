@@ -400,7 +400,7 @@ def _judged(file: str, text: str, problem: str | None, plan: Plan, nodes: int) -
     if problem:
         verdict.problems.insert(0, f"the step failed: {problem}")
     # The run set NCCL_DEBUG=INFO, so an output without NCCL's transport lines is itself a failure.
-    apply_transport(verdict, text, plan.instance_type, required=True)
+    apply_transport([verdict], text, plan.instance_type, required=True)
     return verdict
 
 

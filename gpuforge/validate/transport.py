@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,10 +129,18 @@ class TransportVerdict:
         return f"networks {counts(self.transport.networks)}; providers {counts(self.transport.providers)}{gdr}; {verdict}"
 
 
-def apply_transport(verdict: NcclVerdict, text: str, instance: InstanceType, *, required: bool) -> None:
-    """Judge `verdict`'s output's transport, record it, and add its problems to the verdict's."""
-    verdict.transport = judge_transport(text, instance, verdict.nodes, required=required)
-    verdict.problems.extend(verdict.transport.problems)
+def apply_transport(
+    verdicts: Sequence[NcclVerdict], text: str, instance: InstanceType, *, required: bool
+) -> None:
+    """Judge the transport of one output (`text`, whose runs `verdicts` are) once, record it on each verdict and
+    add its problems to each. Once: a saved file may hold thousands of runs, and reading all its lines again
+    for each run made a 3 MB file take minutes."""
+    if not verdicts:
+        return
+    judged = judge_transport(text, instance, verdicts[0].nodes, required=required)
+    for verdict in verdicts:
+        verdict.transport = judged
+        verdict.problems.extend(judged.problems)
 
 
 def _quote(lines: list[str]) -> str:

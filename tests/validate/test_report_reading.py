@@ -8,6 +8,8 @@ are made here from them, as a job killed mid-write or a log shipper's truncation
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -109,3 +111,24 @@ def test_nodes_written_other_than_in_ascii_digits_is_refused(
         main(["validate", "report", "--instance-type", "p4d.24xlarge", "--nodes", nodes, str(H100)])
     assert exit_.value.code == 2
     assert "ASCII digits" in capsys.readouterr().err
+
+
+def test_a_file_of_thousands_of_runs_is_judged_in_one_pass(tmp_path: Path) -> None:
+    """The capture's 1 GiB row repeated to 2 MB: every row a run of its own (a size that does not grow starts
+    one). Each run's transport re-read the whole file, so this took over ten minutes; the bound is the
+    subprocess timeout, far above a linear pass on a loaded machine."""
+    row = next(
+        line for line in H100.read_text(encoding="utf-8").splitlines() if line.lstrip().startswith(f"{GIB} ")
+    )
+    path = tmp_path / "looped.txt"
+    path.write_text((row + "\n") * (2 * 1024 * 1024 // (len(row) + 1)), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuforge.cli", "validate", "report", *P4D, str(path), "--json"],
+        cwd=tmp_path,  # not the checkout: `-m` would import its gpuforge folder, not the installed package
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert len(json.loads(done.stdout)["nccl"]) > 10_000
