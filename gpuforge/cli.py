@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -49,6 +50,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 Handler = Callable[[argparse.Namespace], int]
+BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a command whose reader closed the pipe
 
 
 def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     handler: Handler = args.handler
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a reader that went away is met here, not in the flush at exit
+        return code
     except GpuforgeError as error:
         # Messages quote names from files and AWS: no escape sequence of theirs reaches the terminal.
         print(f"gpuforge: error: {printable_lines(error.message)}", file=sys.stderr)
@@ -102,6 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gpuforge: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of the output went away (`gpuforge ... --json | head`): stop quietly with a shell's code for
+        # SIGPIPE, stdout pointed at /dev/null so the flush at exit cannot fail again
+        # (https://docs.python.org/3/library/signal.html#note-on-sigpipe).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
 
 
 if __name__ == "__main__":
