@@ -37,6 +37,7 @@ from gpuforge import hardware
 from gpuforge.display import cut
 from gpuforge.errors import InputError
 from gpuforge.loading import load_yaml
+from gpuforge.scheduler.slurm_values import RESERVATION_ID
 from gpuforge.usage.window import Window, parse_time
 
 TYPES = ("capacity-block", "reservation", "on-demand")
@@ -44,6 +45,11 @@ PRICE_KEY = {
     "capacity-block": "upfrontFeeUsd",
     "reservation": "usdPerInstanceHour",
     "on-demand": "usdPerInstanceHour",
+}
+JSON_PRICE_KEY = {
+    "capacity-block": "upfront_fee_usd",
+    "reservation": "usd_per_instance_hour",
+    "on-demand": "usd_per_instance_hour",
 }
 KEYS = {
     "type",
@@ -126,7 +132,8 @@ class Period:
             "nodes": self.nodes,
             "start": self.start.isoformat(),
             "end": None if self.end is None else self.end.isoformat(),
-            PRICE_KEY[self.kind]: self.usd,
+            # the file's camelCase key in the report's snake_case: upfront_fee_usd or usd_per_instance_hour
+            JSON_PRICE_KEY[self.kind]: self.usd,
         }
 
 
@@ -177,8 +184,11 @@ def _period(path: Path, index: int, entry: object) -> Period:
     reservation = entry.get("reservationId")
     if kind == "on-demand" and reservation is not None:
         raise _bad(path, f"{where}.reservationId", "On-Demand capacity has no reservation", reservation)
-    if kind != "on-demand" and not (isinstance(reservation, str) and reservation.startswith("cr-")):
-        raise _bad(path, f"{where}.reservationId", "a reservation's id (cr-...) is required", reservation)
+    # The stack file's rule for the id (gpuforge.scheduler.slurm_values), so the two agree.
+    if kind != "on-demand" and not (
+        isinstance(reservation, str) and RESERVATION_ID.pattern.fullmatch(reservation)
+    ):
+        raise _bad(path, f"{where}.reservationId", RESERVATION_ID.rule, reservation)
     instance_type = entry.get("instanceType")
     if not isinstance(instance_type, str) or instance_type not in hardware.catalog():
         raise _bad(path, f"{where}.instanceType", "must be a GPU instance type gpuforge knows", instance_type)
@@ -203,7 +213,11 @@ def read_ledger(path: Path) -> tuple[Period, ...] | None:
     """The ledger's periods, oldest first; None when the stack has no ledger file."""
     if not path.exists() and not path.is_symlink():
         return None
-    document = load_yaml(path, what="capacity ledger", fix=FIX, timestamps_as_text=True)
+    return parse_ledger(path, load_yaml(path, what="capacity ledger", fix=FIX, timestamps_as_text=True))
+
+
+def parse_ledger(path: Path, document: object) -> tuple[Period, ...]:
+    """The periods of a parsed ledger `document` (from `path`), every rule checked."""
     if (
         not isinstance(document, dict)
         or not isinstance(document.get("periods"), list)

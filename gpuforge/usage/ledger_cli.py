@@ -108,7 +108,8 @@ def _record(args: argparse.Namespace) -> int:
 
     from gpuforge.atomic import write_text_atomic
     from gpuforge.display import printable
-    from gpuforge.usage.ledger import ledger_path, read_ledger
+    from gpuforge.loading import parse_yaml
+    from gpuforge.usage.ledger import FIX, ledger_path, parse_ledger, read_ledger
 
     path = ledger_path(args.stack_dir, args.stack)
     periods = list(read_ledger(path) or ())
@@ -136,7 +137,8 @@ def _record(args: argparse.Namespace) -> int:
         "# Written by `gpuforge capacity-ledger`; read by `gpuforge usage` (README, 'Usage and cost').\n"
     )
     text = yaml.safe_dump({"periods": [period.to_file() for period in periods]}, sort_keys=False)
+    # Checked under every rule before it is written: a ledger the report would refuse is never written.
+    parse_ledger(path, parse_yaml(header + text, source=str(path), fix=FIX, timestamps_as_text=True))
     write_text_atomic(path, header + text)
-    read_ledger(path)  # what was written reads back under every rule
     print(printable(f"{path}: recorded {new.name} from {new.start.isoformat()}"))
     return 0

@@ -183,6 +183,10 @@ def test_a_window_the_ledger_does_not_cover_is_refused(
         ([{**OLD, "usdPerInstanceHour": 98.32}], "a capacity-block period is priced by upfrontFeeUsd"),
         ([{**OLD, "start": "2026-11-20T11:30:00"}], "periods[0].start: must be an ISO 8601 time with a zone"),
         ([{**OLD, "nodes": 0}], "periods[0].nodes: must be a whole number of nodes"),
+        (
+            [{**OLD, "reservationId": "cr-\x1b[2J"}],
+            "periods[0].reservationId: a Capacity Reservation id is 'cr-' followed by 17",
+        ),
         ([{**OLD, "colour": "red"}], "periods[0]: has a key that is not a ledger key"),
     ],
 )

@@ -85,7 +85,7 @@ def test_recording_each_block_as_the_stack_moves_on_keeps_last_months_report(
     )
     assert code == 0, err
     lines = json.loads(out)["ledger"]["cost_lines"]
-    assert [line["period"]["upfrontFeeUsd"] for line in lines] == [30000.0, 50000.0]
+    assert [line["period"]["upfront_fee_usd"] for line in lines] == [30000.0, 50000.0]
     assert [line["gpu_seconds_held"] for line in lines] == [32, 11]
 
 
