@@ -118,7 +118,7 @@ def test_the_step_runs_after_dcgm_and_before_the_units_are_installed() -> None:
 def test_a_wrong_checksum_stops_the_step_before_anything_is_unpacked(tmp_path: Path) -> None:
     payload, releases = _payload_with_releases(tmp_path)
     # the release served is not the one the matrix pins: its bytes differ from what was hashed
-    (releases / "prometheus-3.13.2.linux-amd64.tar.gz").write_bytes(b"a tarball someone swapped")
+    (releases / "prometheus-3.13.4.linux-amd64.tar.gz").write_bytes(b"a tarball someone swapped")
     done, calls, root = _run_step(payload, tmp_path, releases)
     assert done.returncode == 1
     matrix, _ = load_valid(tmp_path / "matrix.yaml")
@@ -175,7 +175,7 @@ def test_the_ami_records_each_daemons_version() -> None:
     tags = ami_tags(matrix, digest)
     assert (tags["gpuforge:node-exporter"], tags["gpuforge:prometheus"], tags["gpuforge:alertmanager"]) == (
         "1.11.1",
-        "3.13.2",
+        "3.13.4",
         "0.33.1",
     )
 
@@ -343,8 +343,8 @@ def _verify_with(payload: Path, tmp_path: Path, change: Any) -> subprocess.Compl
             lambda node: node["commands"].update(
                 {"promtool --version": "promtool, version 3.4.2 (branch: HEAD, revision: x)\n"}
             ),
-            "prometheus: /opt/gpuforge/prometheus-3.13.2/promtool --version reports 'promtool, version 3.4.2 "
-            "(branch: HEAD, revision: x)', the matrix pins prometheus 3.13.2",
+            "prometheus: /opt/gpuforge/prometheus-3.13.4/promtool --version reports 'promtool, version 3.4.2 "
+            "(branch: HEAD, revision: x)', the matrix pins prometheus 3.13.4",
         ),
         (
             lambda node: node["links"].update({"usr/local/bin/alertmanager": "/usr/bin/alertmanager"}),

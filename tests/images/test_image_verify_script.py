@@ -203,7 +203,7 @@ def test_a_node_that_matches_the_matrix_passes_and_gets_the_manifest(payload: Pa
             "pmix": "5.0.3",
             "nccl_tests": "2.17.6",
             "node_exporter": "1.11.1",
-            "prometheus": "3.13.2",
+            "prometheus": "3.13.4",
             "alertmanager": "0.33.1",
         },
     }
@@ -553,4 +553,4 @@ def test_a_matrix_without_a_monitoring_daemon_leaves_it_out_of_the_manifest(tmp_
     assert done.returncode == 0, done.stderr
     components = json.loads((root / "etc" / "gpuforge" / "manifest.json").read_text())["components"]
     assert "alertmanager" not in components
-    assert (components["node_exporter"], components["prometheus"]) == ("1.11.1", "3.13.2")
+    assert (components["node_exporter"], components["prometheus"]) == ("1.11.1", "3.13.4")
