@@ -25,6 +25,7 @@ CRD_SHA256 = {
     "kueue.x-k8s.io_resourceflavors.yaml": "19e339c47e9ca3fa2c9eeddd27715a512f765c4794ed859733408a9715720173",
     "kueue.x-k8s.io_topologies.yaml": "0debce5049a3931db15c99d8acddb0cc509c24fedc98f0bb0235095f7092fc11",
     "kueue.x-k8s.io_workloadpriorityclasses.yaml": "b6c089d45938adf9afd21da05a6c613f29408989aa66afc09db189eb724db5a3",
+    "kueue.x-k8s.io_workloads.yaml": "75ea8518856e1518b5554aa3f1414191c6fa0c8db7a99df48a1408c7796ef162",
 }
 
 

@@ -473,3 +473,134 @@ def test_a_worker_index_runs_sshd_in_the_foreground(tmp_path: Path) -> None:
     script = nccl()[-1]["spec"]["template"]["spec"]["containers"][0]["command"][2]
     (line,) = [item for item in script.splitlines() if "JOB_COMPLETION_INDEX" in item]
     assert line == 'if [ "$JOB_COMPLETION_INDEX" != 0 ]; then exec /usr/sbin/sshd -De; fi'
+
+
+def _kueue_served(api_server: Any) -> None:
+    """Kueue's CRDs on the module's API server (once): its Workload kind served, as on a cluster with Kueue."""
+    from kube_cluster import install_kueue_crds
+    from kubernetes import client, config
+
+    api = client.ApiextensionsV1Api(config.new_client_from_config(str(api_server.kubeconfig)))
+    if not any(
+        crd.metadata.name == "workloads.kueue.x-k8s.io" for crd in api.list_custom_resource_definition().items
+    ):
+        install_kueue_crds(api_server.kubeconfig)
+
+
+# The condition Kueue v0.17's scheduler writes on a Workload whose pods request a resource its ClusterQueue does not
+# cover: QuotaReserved False, reason Pending, the flavor assigner's message (kubernetes-sigs/kueue
+# pkg/scheduler/scheduler.go, UnsetQuotaReservationWithCondition(wl, "Pending", ...), and
+# pkg/scheduler/flavorassigner/flavorassigner.go, "couldn't assign flavors to pod set " and "resource %s unavailable
+# in ClusterQueue", at tag v0.17.6, commit 7ed46abf7ed7e211bc51956c852e0ffa8153efa4).
+HELD = {
+    "type": "QuotaReserved",
+    "status": "False",
+    "reason": "Pending",
+    "message": "couldn't assign flavors to pod set main: resource vpc.amazonaws.com/efa unavailable in ClusterQueue",
+}
+
+
+class KueueAnswers(kj.Cluster):
+    """The real API server, with the test playing Kueue's controller at the moment it acts: when a Job is created,
+    its Workload is made as Kueue's job reconciler makes it (jobframework.ConstructWorkload at tag v0.17.6: named
+    after the Job, labelled with its uid, owned by it, one pod set `main` of the Job's template and parallelism, the
+    Job's queue and WorkloadPriorityClass), and its status set to `conditions`, as Kueue's scheduler sets it."""
+
+    def __init__(self, api_client: Any, conditions: list[dict[str, str]] | None) -> None:
+        super().__init__(api_client)
+        self.api_client = api_client
+        self.workload_conditions_written = conditions
+
+    def create(self, obj: Mapping[str, Any]) -> None:
+        from kubernetes import client, dynamic
+
+        super().create(obj)
+        if obj["kind"] != "Job" or self.workload_conditions_written is None:
+            return
+        metadata = obj["metadata"]
+        job = client.BatchV1Api(self.api_client).read_namespaced_job(metadata["name"], metadata["namespace"])
+        workloads = dynamic.DynamicClient(self.api_client).resources.get(
+            api_version="kueue.x-k8s.io/v1beta2", kind="Workload"
+        )
+        name = f"job-{metadata['name']}-0a1b2"
+        workloads.create(
+            namespace=metadata["namespace"],
+            body={
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "Workload",
+                "metadata": {
+                    "name": name,
+                    "labels": {kj.JOB_UID_LABEL: job.metadata.uid},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "batch/v1",
+                            "kind": "Job",
+                            "name": metadata["name"],
+                            "uid": job.metadata.uid,
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                "spec": {
+                    "queueName": metadata["labels"][kj.QUEUE_LABEL],
+                    "priorityClassRef": {
+                        "group": "kueue.x-k8s.io",
+                        "kind": "WorkloadPriorityClass",
+                        "name": metadata["labels"][kj.PRIORITY_LABEL],
+                    },
+                    "priority": 1_000_000_000,
+                    "podSets": [
+                        {
+                            "name": "main",
+                            "count": obj["spec"].get("parallelism", 1),
+                            "template": obj["spec"]["template"],
+                        }
+                    ],
+                },
+            },
+        )
+        now = "2026-12-08T00:00:00Z"
+        conditions = [
+            {**condition, "lastTransitionTime": now} for condition in self.workload_conditions_written
+        ]
+        workloads.status.patch(
+            name=name,
+            namespace=metadata["namespace"],
+            body={"status": {"conditions": conditions}},
+            content_type="application/merge-patch+json",
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("conditions", "said"),
+    [
+        (
+            [HELD],
+            "held by Kueue: 'Pending': \"couldn't assign flavors to pod set main: resource vpc.amazonaws.com/efa "
+            'unavailable in ClusterQueue"',
+        ),
+        (None, "Kueue made no Workload for it"),
+    ],
+)
+def test_a_job_kueue_holds_fails_with_kueues_reason(
+    api_server: Any, conditions: list[dict[str, str]] | None, said: str
+) -> None:
+    """A Job not finished at the deadline is reported with its Workload's QuotaReserved reason and message, read
+    from the API server by the Job's uid, and deleted; with no Workload at all, that is said instead."""
+    from kubernetes import client, config
+
+    _kueue_served(api_server)
+    api_client = config.new_client_from_config(str(api_server.kubeconfig))
+    _namespace(client.CoreV1Api(api_client))
+    launcher = kj.KubernetesLauncher(
+        KueueAnswers(api_client, conditions), settings(timeout_s=1.0), poll_s=0.2
+    )
+    launcher._count = 200 if conditions else 300  # names no other test in this module uses
+    ((_, problem),) = launcher.diag_steps(plan(("node-a",)))
+    assert problem is not None and "did not finish within 1 s" in problem, problem
+    assert said in problem, problem
+    assert problem.endswith("; deleted"), problem
+    left = client.BatchV1Api(api_client).list_namespaced_job("llm").items
+    assert f"gpuforge-t1-diag-{launcher._count}" not in [item.metadata.name for item in left]
