@@ -4,8 +4,10 @@ The objects are the very ones `gpuforge scheduler render` writes (`manifests.sta
 memory), sent by server-side apply with the field manager `gpuforge`. Every step that can refuse runs before the
 first write, so a refusal leaves the cluster as it was:
 
-1. Reach the API server (bounded: CONNECT_TIMEOUT_S). The EKS endpoint is private, so not reaching it is
-   an environment to fix (exit 2: run from the VPC, a bastion or an SSM port forward), not a failed apply.
+1. Read the kubeconfig (gpuforge.kubernetes.kubeconfig: read as every user file is, its context checked, its
+   files and credential plugin resolved), then reach the API server. The EKS endpoint is private, so not reaching
+   it is an environment to fix (exit 2: run from the VPC, a bastion or an SSM port forward), not a failed apply;
+   so is a server that answers as no API server does (a web page: the kubeconfig points elsewhere).
 2. Kueue: the render's kueue.x-k8s.io kinds must be served (Kueue's CRDs) and the Deployment
    `kueue-system/kueue-controller-manager` must run the image digest pinned in gpuforge/data/kubernetes_addons.yaml;
    otherwise exit 2 with the `helm upgrade --install` command of the pinned chart and gpuforge's values.
@@ -30,9 +32,12 @@ the render no longer has are deleted: a team removed from the stack loses its Cl
 Namespaces are the exception: deleting one deletes every workload of the team in it, so a dropped team's
 namespace is reported `kept` with the command that would delete it, and a person decides.
 
-Exit codes: 0 applied or nothing to do; 1 the API server failed or timed out mid-way (run again: apply is
-idempotent); 2 bad input, Kueue missing or not as pinned, an unreachable server or refused credentials, an
-object the server refuses.
+Waits: the whole command has one deadline (`--timeout`, gpuforge.scheduler.cli), and every request's timeout is cut
+from what is left of it, each request made once (gpuforge.deadline says why that takes both).
+
+Exit codes: 0 applied or nothing to do; 1 the API server failed, answered garbage or timed out mid-way, or the
+deadline passed (run again: apply is idempotent); 2 bad input (the kubeconfig included), Kueue missing or not
+as pinned, an unreachable server or refused credentials, an object the server refuses.
 """
 
 from __future__ import annotations
@@ -45,11 +50,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuforge.display import cut, printable
 from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.kubernetes.addons import CLUSTER_LABEL, DATA_FILE, MANAGED_BY, MANAGED_BY_LABEL, Image, pins
+from gpuforge.kubernetes.kubeconfig import Kubeconfig, UnexpectedAnswer, connection_problem
+from gpuforge.kubernetes.kubeconfig import api_client as kube_api_client
 from gpuforge.kubernetes.manifests import objects_of, stack_addons
 
 if TYPE_CHECKING:
+    from gpuforge.deadline import Deadline
     from gpuforge.stack_config import StackConfig
 
 FIELD_MANAGER = "gpuforge"
@@ -61,8 +70,6 @@ KUEUE_RELEASE = "kueue"
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_DEPLOYMENT = f"{KUEUE_RELEASE}-controller-manager"
 VALUES_FILE = "addons/kueue-values.yaml"
-CONNECT_TIMEOUT_S = 10.0
-READ_TIMEOUT_S = 60.0
 _RBAC_KINDS = frozenset({"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"})
 # Kueue's kinds in dependency order: a flavor names its Topology, a ClusterQueue its flavors and a LocalQueue
 # its ClusterQueue.
@@ -139,7 +146,7 @@ def _server_message(error: Any) -> str:
         message = json.loads(error.body or "{}").get("message")
     except (ValueError, AttributeError):
         message = None
-    return str(message or error.reason or "no message")
+    return printable(str(message or error.reason or "no message"))[:300]
 
 
 def _import_client() -> Any:
@@ -153,62 +160,97 @@ def _import_client() -> Any:
     return kubernetes
 
 
-def connect(kubeconfig: Path | None, context: str | None) -> Any:
-    """An ApiClient for the kubeconfig and context, every request bounded, after one answered request.
+def connect(config: Kubeconfig, deadline: Deadline) -> Any:
+    """An ApiClient for the kubeconfig's context (gpuforge.kubernetes.kubeconfig: every request once, its
+    timeout cut from `deadline`), after one answered request, GET /version.
 
-    Not reaching the server is exit 2 (where to run from); a kubeconfig that cannot be read is exit 2.
+    The first contact says what a failure means. No connection (refused, no route, TLS refused, a name that
+    does not resolve), or an answer no Kubernetes API server gives (a web page, a redirect, a 404): the
+    kubeconfig or the host apply runs from is to fix (exit 2). A 5xx, or a server that accepted the
+    connection and did not answer: the server's (exit 1, run again).
     """
-    kubernetes = _import_client()
     from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
+    from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
-    where = (
-        str(kubeconfig)
-        if kubeconfig is not None
-        else "the default kubeconfig ($KUBECONFIG or ~/.kube/config)"
-    )
-    if kubeconfig is not None and not kubeconfig.is_file():
-        raise InputError(
-            f"--kubeconfig {kubeconfig}: no such file. Fix: pass the kubeconfig of the stack's EKS cluster "
-            "(`aws eks update-kubeconfig --name CLUSTER --kubeconfig PATH` writes one)."
-        )
-    configuration = kubernetes.client.Configuration()
+    where = f"{config.source}, context {config.context}"
+    host = printable(config.server)
+    api_client = kube_api_client(config, deadline=deadline)
+    deadline.doing = f"GET {host}/version (the first request)"
     try:
-        kubernetes.config.load_kube_config(
-            config_file=None if kubeconfig is None else str(kubeconfig),
-            context=context,
-            client_configuration=configuration,
-            persist_config=False,
+        version = api_client.call_api(
+            "/version",
+            "GET",
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
         )
-    except (OSError, ConfigException, ValueError, TypeError) as error:
-        raise InputError(
-            f"cannot use {where}" + (f" (context {context})" if context else "") + f": {error}. Fix: pass "
-            "--kubeconfig with the stack's EKS cluster (`aws eks update-kubeconfig --name CLUSTER`) and, if it "
-            "holds several, --context NAME."
-        ) from None
-    api_client = _timed_client(kubernetes, configuration)
-    try:
-        kubernetes.client.VersionApi(api_client).get_code()
     except ApiException as error:
+        if error.status == 0:  # the client's word for a failed TLS handshake
+            raise InputError(_unreachable(host, where, error, tls=True)) from None
         if error.status in {401, 403}:
-            raise InputError(_refused_identity(configuration.host, error)) from None
+            raise InputError(_refused_identity(host, error)) from None
+        if error.status >= 500:
+            raise KubernetesApplyError(
+                f"the Kubernetes API server at {host} answered HTTP {error.status} {_server_message(error)} to "
+                "GET /version. Fix: run again; if it persists, check the cluster's health."
+            ) from None
+        raise InputError(
+            _not_a_server(host, where, f"HTTP {error.status} {_server_message(error)}")
+        ) from None
+    except UnexpectedAnswer as error:
+        raise InputError(_not_a_server(host, where, f"HTTP {error.status} with {error.detail}")) from None
+    except ProtocolError as error:
+        if config.server.startswith("http://"):
+            raise InputError(
+                _not_a_server(
+                    host,
+                    where,
+                    f"nothing: it closed the connection ({connection_problem(error)}), as a "
+                    "TLS server does to plain HTTP (an API server is https://)",
+                )
+            ) from None
         raise KubernetesApplyError(
-            f"the Kubernetes API server at {configuration.host} answered HTTP {error.status} "
-            f"{_server_message(error)} to GET /version. Fix: run again; if it persists, check the cluster's health."
+            f"the server at {host} ({where}) closed the connection without answering GET /version "
+            f"({connection_problem(error)}). Fix: run again; if it persists, check that the server (or the port "
+            "forward to it) is up."
+        ) from None
+    except ReadTimeoutError as error:
+        raise KubernetesApplyError(
+            f"the server at {host} ({where}) accepted the connection and gave no answer to GET /version "
+            f"({connection_problem(error)}). Fix: run again; if it persists, check that the server (or the "
+            "port forward to it) is up."
         ) from None
     except _connection_errors() as error:
+        raise InputError(_unreachable(host, where, error, tls=False)) from None
+    if "gitVersion" not in json.loads(version.data):
         raise InputError(
-            f"cannot reach the Kubernetes API server at {configuration.host} ({where}): {_short(error)}. The EKS "
-            "endpoint gpuforge makes is private. Fix: run apply from a host that reaches it (in the cluster's VPC, "
-            "a bastion, or an SSM port forward to the endpoint with a kubeconfig pointing at it), and check "
-            "--kubeconfig and --context."
-        ) from None
+            _not_a_server(host, where, "JSON without the gitVersion every API server's /version has")
+        )
     return api_client
 
 
-def _short(error: BaseException) -> str:
-    reason = getattr(error, "reason", None)
-    return str(reason or error).splitlines()[0][:300]
+def _unreachable(host: str, where: str, error: BaseException, *, tls: bool) -> str:
+    tls_fix = (
+        " The TLS handshake failed: the kubeconfig's certificate-authority(-data) must be the cluster's CA, and "
+        "the server must speak HTTPS (an http:// server behind an https:// URL fails so too)."
+        if tls
+        else ""
+    )
+    return (
+        f"cannot reach the Kubernetes API server at {host} ({where}): {connection_problem(error)}.{tls_fix} The "
+        "EKS endpoint gpuforge makes is private. Fix: run apply from a host that reaches it (in the cluster's VPC, a "
+        "bastion, or an SSM port forward to the endpoint with a kubeconfig pointing at it), and check --kubeconfig "
+        "and --context."
+    )
+
+
+def _not_a_server(host: str, where: str, answer: str) -> str:
+    return (
+        f"the server at {host} ({where}) answered GET /version with {answer}: not a Kubernetes API server. Fix: "
+        "point the kubeconfig's cluster server at the API server's URL (`aws eks describe-cluster --name CLUSTER "
+        "--query cluster.endpoint`; `aws eks update-kubeconfig --name CLUSTER` writes it), and check --context."
+    )
 
 
 def _connection_errors() -> tuple[type[Exception], ...]:
@@ -219,10 +261,11 @@ def _connection_errors() -> tuple[type[Exception], ...]:
 
 
 def _api_errors() -> tuple[type[Exception], ...]:
-    """What a request can raise: the server's answer (ApiException) or a failed connection."""
+    """What a request can raise: the server's answer (ApiException), an answer no API server gives, or a
+    failed connection."""
     from kubernetes.client.exceptions import ApiException
 
-    return (ApiException, *_connection_errors())
+    return (ApiException, UnexpectedAnswer, *_connection_errors())
 
 
 def _refused_identity(host: str, error: Any) -> str:
@@ -232,19 +275,6 @@ def _refused_identity(host: str, error: Any) -> str:
         "cluster, the adminRoleArn role: its access entry has AmazonEKSClusterAdminPolicy), e.g. "
         "`aws eks update-kubeconfig --name CLUSTER --role-arn ADMIN_ROLE_ARN`."
     )
-
-
-def _timed_client(kubernetes: Any, configuration: Any) -> Any:
-    """An ApiClient whose every request (discovery included) is bounded by CONNECT/READ_TIMEOUT_S: a
-    DynamicClient's discovery passes no timeout of its own, and a private endpoint can black-hole packets."""
-
-    class TimedApiClient(kubernetes.client.ApiClient):  # type: ignore[misc]  # kubernetes ships no types
-        def request(self, *args: Any, **kwargs: Any) -> Any:
-            if kwargs.get("_request_timeout") is None:
-                kwargs["_request_timeout"] = (CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
-            return super().request(*args, **kwargs)
-
-    return TimedApiClient(configuration)
 
 
 def _same_image(reference: str, image: Image) -> bool:
@@ -277,23 +307,48 @@ def helm_command(stack_dir: str, stack: str, kubeconfig: Path | None, context: s
     )
 
 
+def _as_dict(method: Callable[..., Any], **kwargs: Any) -> Any:
+    """`method(**kwargs)` as plain data: a dynamic client's answer, read inside `_Session.call`."""
+    return method(**kwargs).to_dict()
+
+
+# What the client raises on an answer of the wrong shape (JSON that is not the object it expects).
+_MISREAD: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, AttributeError)
+
+
+def _call_errors() -> tuple[type[Exception], ...]:
+    """What a call of the client raises for the server's sake: `_api_errors`, and `_MISREAD` from its parsing."""
+    return (*_api_errors(), *_MISREAD)
+
+
 @dataclass
 class _Session:
     api: Any  # kubernetes.dynamic.DynamicClient
     cluster: str
     host: str
+    deadline: Deadline
 
     def call(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """`method(...)`, with the API server's refusals and silences turned into gpuforge errors."""
+        """`method(...)`, a call of the `kubernetes` client, with the API server's refusals, silences and
+        answers of the wrong shape turned into gpuforge errors; `what` names the step if the deadline passes."""
+        self.deadline.doing = what
         try:
             return method(*args, **kwargs)
-        except _api_errors() as error:
+        except _call_errors() as error:
             raise self.error(what, error) from None
 
     def error(self, what: str, error: Exception) -> Exception:
         """The gpuforge error for `error` raised while doing `what` (anything else is returned as it is)."""
         from kubernetes.client.exceptions import ApiException
 
+        again = "Fix: run apply again (it is idempotent); if it persists, check the control plane's health."
+        if (
+            isinstance(error, ApiException) and error.status == 0
+        ):  # the client's word for a failed TLS handshake
+            return KubernetesApplyError(
+                f"{what}: the TLS connection to the API server at {self.host} failed ({connection_problem(error)}). "
+                f"{again}"
+            )
         if isinstance(error, ApiException):
             if error.status in {401, 403}:
                 return InputError(f"{what}: " + _refused_identity(self.host, error))
@@ -310,13 +365,17 @@ class _Session:
                     "the object, then run apply again."
                 )
             return KubernetesApplyError(
-                f"{what}: the API server at {self.host} answered HTTP {error.status} {_server_message(error)}. "
-                "Fix: run apply again (it is idempotent); if it persists, check the control plane's health."
+                f"{what}: the API server at {self.host} answered HTTP {error.status} {_server_message(error)}. {again}"
+            )
+        if isinstance(error, (UnexpectedAnswer, *_MISREAD)):
+            return KubernetesApplyError(
+                f"{what}: the server at {self.host} answered what no Kubernetes API server sends "
+                f"({printable(str(error))[:300]}). {again}"
             )
         if isinstance(error, _connection_errors()):
             return KubernetesApplyError(
-                f"{what}: the API server at {self.host} did not answer ({_short(error)}; requests wait at most "
-                f"{READ_TIMEOUT_S:.0f} s). Fix: run apply again (it is idempotent)."
+                f"{what}: the API server at {self.host} did not answer ({connection_problem(error)}; the command's "
+                f"deadline has {max(self.deadline.left(), 0):.0f} s of {self.deadline.seconds:g} s left). {again}"
             )
         return error
 
@@ -338,7 +397,9 @@ class _Session:
         from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
         try:
-            self.api.resources.get(api_version=api_version, kind=kind)
+            self.call(
+                f"look up {kind} ({api_version})", self.api.resources.get, api_version=api_version, kind=kind
+            )
         except ResourceNotFoundError:
             return False
         return True
@@ -346,14 +407,28 @@ class _Session:
     def read(self, api_version: str, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None:
         """The object as the server has it, or None where there is none."""
         resource = self.resource(api_version, kind)
+        what = f"read {kind} {name}"
+        self.deadline.doing = what
         try:
-            found = resource.get(name=name, namespace=namespace)
-        except _api_errors() as error:
+            found = resource.get(name=name, namespace=namespace).to_dict()
+        except _call_errors() as error:
             if getattr(error, "status", None) == 404:
                 return None
-            raise self.error(f"read {kind} {name}", error) from None
-        result: dict[str, Any] = found.to_dict()
-        return result
+            raise self.error(what, error) from None
+        return self.object(what, found)
+
+    def object(self, what: str, found: object) -> dict[str, Any]:
+        """`found`, an object the server sent, if it has what apply reads of one (metadata.name, labels)."""
+        metadata = found.get("metadata") if isinstance(found, dict) else None
+        labels = metadata.get("labels") if isinstance(metadata, dict) else None
+        if not (
+            isinstance(found, dict)
+            and isinstance(metadata, dict)
+            and isinstance(metadata.get("name"), str)
+            and (labels is None or isinstance(labels, dict))
+        ):
+            raise self.error(what, TypeError(f"an object without metadata.name: {cut(found)}"))
+        return found
 
 
 def _ours(obj: dict[str, Any] | None, cluster: str) -> bool:
@@ -396,8 +471,7 @@ def check_kueue(session: _Session, objects: Sequence[dict[str, Any]], fix: str) 
     if deployment is None:
         found.append(f"there is no Deployment {where}")
     else:
-        containers = deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or []
-        images = [str(container.get("image")) for container in containers]
+        images = _images(deployment)
         if not any(_same_image(reference, image) for reference in images):
             found.append(
                 f"Deployment {where} runs {', '.join(images) or 'no container'}, not "
@@ -411,6 +485,15 @@ def check_kueue(session: _Session, objects: Sequence[dict[str, Any]], fix: str) 
         )
 
 
+def _images(deployment: dict[str, Any]) -> list[str]:
+    """The container images of a Deployment as the server sent it (none where it is not of that shape)."""
+    found: Any = deployment
+    for key in ("spec", "template", "spec", "containers"):
+        found = found.get(key) if isinstance(found, dict) else None
+    containers = found if isinstance(found, list) else []
+    return [str(container.get("image")) for container in containers if isinstance(container, dict)]
+
+
 def _namespaces_present(session: _Session, objects: Sequence[dict[str, Any]]) -> set[str]:
     wanted = {obj["metadata"]["namespace"] for obj in objects if obj["metadata"].get("namespace")}
     return {name for name in sorted(wanted) if session.read("v1", "Namespace", name, None) is not None}
@@ -422,16 +505,17 @@ def _apply_one(session: _Session, obj: dict[str, Any], *, force: bool, dry_run: 
     kwargs: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force_conflicts": force}
     if dry_run:
         kwargs["dry_run"] = "All"
+    what = f"{'dry-run ' if dry_run else ''}apply {describe(obj)}"
     answer = session.call(
-        f"{'dry-run ' if dry_run else ''}apply {describe(obj)}",
+        what,
+        _as_dict,
         resource.server_side_apply,
         body=obj,
         name=metadata["name"],
         namespace=metadata.get("namespace"),
         **kwargs,
     )
-    result: dict[str, Any] = answer.to_dict()
-    return result
+    return session.object(what, answer)
 
 
 def _apply_all(
@@ -457,7 +541,7 @@ def _apply_all(
         elif dry_run:
             verb = "unchanged" if _comparable(after) == _comparable(found) else "changed"
         else:
-            same = after["metadata"]["resourceVersion"] == found["metadata"]["resourceVersion"]
+            same = after["metadata"].get("resourceVersion") == found["metadata"].get("resourceVersion")
             verb = "unchanged" if same else "changed"
         changes.append(Change(verb, what))
     return changes
@@ -470,9 +554,17 @@ def _stale(session: _Session, objects: Sequence[dict[str, Any]]) -> list[dict[st
     stale = []
     for api_version, kind in PRUNE_KINDS:
         resource = session.resource(api_version, kind)
-        listed = session.call(f"list {kind}", resource.get, label_selector=selector).to_dict()
-        for item in listed.get("items") or []:
-            obj = {"apiVersion": api_version, "kind": kind, "metadata": item["metadata"]}
+        what = f"list {kind}"
+        listed = session.call(what, _as_dict, resource.get, label_selector=selector)
+        items = listed.get("items") if isinstance(listed, dict) else None
+        if not isinstance(items, list | None):
+            raise session.error(what, TypeError(f"items is not a list: {cut(items)}"))
+        for item in items or []:
+            obj = {
+                "apiVersion": api_version,
+                "kind": kind,
+                "metadata": session.object(what, item)["metadata"],
+            }
             if describe(obj) not in wanted:
                 stale.append(obj)
     return list(reversed(ordered(stale)))
@@ -494,9 +586,10 @@ def _prune(session: _Session, stale: Sequence[dict[str, Any]], *, dry_run: bool)
         }
         if dry_run:
             kwargs["dry_run"] = "All"
+        session.deadline.doing = f"delete {what}"
         try:
             resource.delete(**kwargs)
-        except _api_errors() as error:
+        except _call_errors() as error:
             if getattr(error, "status", None) != 404:  # 404: already gone, nothing left to prune
                 raise session.error(f"delete {what}", error) from None
         changes.append(Change("pruned", what))
@@ -509,28 +602,34 @@ def apply_stack(
     stack_dir: str,
     kubeconfig: Path | None,
     context: str | None,
+    kube: Kubeconfig,
     dry_run: bool,
     prune: bool,
     report: Callable[[str], None],
     ecr: Any,
+    deadline: Deadline,
 ) -> list[Change]:
     """Apply a `type: kubernetes` stack's rendered objects (see the module docstring); report each change.
 
+    `kube` is `kubeconfig` and `context` read and checked (`read_kubeconfig`, offline, before anything else).
     `ecr`, a boto3 ECR client in the stack's region, reads the digests of the images AWS publishes for EKS
-    without one (`manifests.stack_addons`), before anything else, so a tag ECR lacks is refused first."""
+    without one (`manifests.stack_addons`) before the cluster is contacted, so a tag ECR lacks is refused first.
+    Every request is cut from `deadline`."""
+    _import_client()
     from kubernetes.dynamic import DynamicClient
 
+    deadline.doing = f"ECR DescribeImages in {config.region}"
     objects = ordered(objects_of(stack_addons(config, ecr=ecr)))
     cluster = config.stack
-    api_client = connect(kubeconfig, context)
-    host = str(api_client.configuration.host)
+    api_client = connect(kube, deadline)
+    host = printable(kube.server)
     with tempfile.TemporaryDirectory(prefix="gpuforge-discovery-") as folder:
         # A fresh discovery cache: Kueue's CRDs may have been installed a minute ago.
-        probe = _Session(api=None, cluster=cluster, host=host)
+        probe = _Session(api=None, cluster=cluster, host=host, deadline=deadline)
         api = probe.call(
             "discover the API", DynamicClient, api_client, cache_file=str(Path(folder) / "cache.json")
         )
-        session = _Session(api=api, cluster=cluster, host=host)
+        session = _Session(api=api, cluster=cluster, host=host, deadline=deadline)
         check_kueue(session, objects, helm_command(stack_dir, cluster, kubeconfig, context))
         before = {
             describe(obj): session.read(

@@ -12,10 +12,11 @@ Kubernetes objects gpuforge applies (`gpuforge.kubernetes.manifests.stack_addons
 plugins, Kueue's values, Topology, ResourceFlavor, queues and priority classes), through the same
 `rendered_set`. Exit 0, or 2 with the field and the fix.
 
-`gpuforge scheduler apply STACK_DIR --stack NAME [--kubeconfig PATH] [--context NAME] [--dry-run] [--no-prune]`
-puts a Kubernetes stack's rendered objects on its cluster by server-side apply, and prunes what the stack
-dropped (`gpuforge.kubernetes.apply`). Exit 0 applied or nothing to do, 1 the API server failed (run again),
-2 bad input, Kueue missing or not as pinned, or a cluster it cannot reach.
+`gpuforge scheduler apply STACK_DIR --stack NAME [--kubeconfig PATH] [--context NAME] [--dry-run] [--no-prune]
+[--timeout S]` puts a Kubernetes stack's rendered objects on its cluster by server-side apply, and prunes what the
+stack dropped (`gpuforge.kubernetes.apply`), all within one deadline of S seconds. Exit 0 applied or nothing to
+do, 1 the API server failed or the deadline passed (run again), 2 bad input, Kueue missing or not as pinned, or
+a cluster it cannot reach.
 
 `gpuforge scheduler sync-accounts [--accounts FILE] [--dry-run]` (on the controller) makes Slurm's
 teams, users and QOS equal to the rendered gpuforge-accounts.json with sacctmgr
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuforge.errors import InputError
+from gpuforge.flag_types import seconds
 
 # Saved topology responses are small (100 instances a page, a few hundred bytes each): the data cap fits.
 from gpuforge.loading import MAX_DATA_BYTES, load_json
@@ -37,6 +39,12 @@ from gpuforge.scheduler.accounts import DEFAULT_ACCOUNTS_PATH
 
 if TYPE_CHECKING:
     from gpuforge.stack_config import StackConfig
+
+# `scheduler apply --timeout`, the whole command's deadline (gpuforge.deadline): a healthy EKS endpoint answers each
+# of apply's few hundred requests in tens of milliseconds.
+DEFAULT_APPLY_TIMEOUT_S = 120.0
+# Below a second nothing answers; above an hour is a unit slip (apply makes a few hundred quick requests).
+APPLY_TIMEOUT_RANGE_S = (1.0, 3600.0)
 
 
 def register(subparsers: Any) -> None:
@@ -87,9 +95,11 @@ def register(subparsers: Any) -> None:
         "with server-side apply (field manager gpuforge), after checking that Kueue is installed at its pinned "
         "image, and deletes this cluster's gpuforge objects the stack no longer has (namespaces are kept). Run it "
         "from a host that reaches the private EKS endpoint, with AWS credentials: the EFA device plugin's digest is "
-        "read from ECR in the stack's region first. Exit 0 when applied or nothing changed; 1 when the API "
-        "server failed or timed out (run again); 2 for bad config, a stack that is not Kubernetes, Kueue missing "
-        "or not as pinned (the helm command is printed), an unreachable server or a refused identity.",
+        "read from ECR in the stack's region first. The whole command, ECR and the credential plugin included, ends "
+        "within --timeout seconds. Exit 0 when applied or nothing changed; 1 when the API server failed, answered "
+        "what no API server sends, or the deadline passed (run again: apply is idempotent); 2 for bad config, a "
+        "stack that is not Kubernetes, a kubeconfig or context that cannot be used, Kueue missing or not as pinned "
+        "(the helm command is printed), an unreachable server or a refused identity.",
     )
     apply.add_argument(
         "stack_dir", type=Path, metavar="STACK_DIR", help="the Pulumi project, e.g. stacks/training"
@@ -109,6 +119,14 @@ def register(subparsers: Any) -> None:
     )
     apply.add_argument(
         "--no-prune", dest="prune", action="store_false", help="delete nothing the stack no longer has"
+    )
+    apply.add_argument(
+        "--timeout",
+        type=seconds(*APPLY_TIMEOUT_RANGE_S),
+        default=DEFAULT_APPLY_TIMEOUT_S,
+        metavar="S",
+        help="the whole command's deadline in seconds, every request and wait included (default: %(default)g; "
+        f"{APPLY_TIMEOUT_RANGE_S[0]:g} to {APPLY_TIMEOUT_RANGE_S[1]:g})",
     )
     apply.set_defaults(handler=_apply)
     sync = commands.add_parser(
@@ -202,7 +220,12 @@ def _render_kubernetes(args: argparse.Namespace, config: StackConfig) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
+    from botocore.config import Config
+
+    from gpuforge.aws_session import client, open_session
+    from gpuforge.deadline import Deadline
     from gpuforge.kubernetes.apply import apply_stack
+    from gpuforge.kubernetes.kubeconfig import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, read_kubeconfig
     from gpuforge.stack_config import NAMESPACE, load_stack_config
 
     config = load_stack_config(args.stack_dir, args.stack)
@@ -212,19 +235,31 @@ def _apply(args: argparse.Namespace) -> int:
             "`scheduler apply` applies a Kubernetes stack's objects. Fix: pass a `type: kubernetes` stack (a Slurm "
             "stack's controller takes its files from `pulumi up`)."
         )
-    from gpuforge.aws_session import client, open_session
-
-    command = "gpuforge scheduler apply"
-    apply_stack(
-        config,
-        stack_dir=str(args.stack_dir),
-        kubeconfig=args.kubeconfig,
-        context=args.context,
-        dry_run=args.dry_run,
-        prune=args.prune,
-        report=print,
-        ecr=client(open_session(config.region, command=command), "ecr", command=command),
-    )
+    kube = read_kubeconfig(args.kubeconfig, args.context)  # offline, so a bad kubeconfig is told first
+    # The deadline bounds every wait from here: AWS, ECR, the credential plugin, every API request.
+    deadline = Deadline(args.timeout, "--timeout")
+    with deadline.enforced():
+        command = "gpuforge scheduler apply"
+        deadline.doing = f"read the AWS credentials for ECR in {config.region}"
+        session = open_session(config.region, command=command)
+        # ECR's one call, bounded like every other wait: timeouts cut from the deadline, tried once more at most.
+        bounded = Config(
+            connect_timeout=deadline.timeout(CONNECT_TIMEOUT_S),
+            read_timeout=deadline.timeout(READ_TIMEOUT_S),
+            retries={"mode": "standard", "total_max_attempts": 2},
+        )
+        apply_stack(
+            config,
+            stack_dir=str(args.stack_dir),
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            kube=kube,
+            dry_run=args.dry_run,
+            prune=args.prune,
+            report=print,
+            ecr=client(session, "ecr", command=command, config=bounded),
+            deadline=deadline,
+        )
     return 0
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gpuforge.errors import InputError
+from gpuforge.errors import GpuforgeError, InputError
 from gpuforge.flag_types import plain
 
 # nccl-tests and dcgmi outputs are text of a few hundred KiB at most, even with NCCL_DEBUG=INFO.
@@ -191,17 +192,10 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_kubernetes(args: argparse.Namespace, config: Any) -> int:
     """The same acceptance (run_acceptance) with its runs as Kueue-admitted workloads (gpuforge.validate.kubernetes_jobs)."""
-    import math
-    import os
-    import time
-
-    from kubernetes import config as kube_config
-    from kubernetes.config.config_exception import ConfigException
-
     from gpuforge import hardware
-    from gpuforge.validate.floors import floors_for
-    from gpuforge.validate.kubernetes_jobs import image_from_reference, launcher_for
-    from gpuforge.validate.run import Plan, run_acceptance
+    from gpuforge.kubernetes.kubeconfig import api_client as kube_api_client
+    from gpuforge.kubernetes.kubeconfig import read_kubeconfig
+    from gpuforge.validate.kubernetes_jobs import image_from_reference
 
     # --image, else the stack's gpuforge:scheduler.acceptanceImage (checked by digest when the stack was read).
     reference = args.image or config.acceptance_image
@@ -221,14 +215,23 @@ def _run_kubernetes(args: argparse.Namespace, config: Any) -> int:
         )
     image = image_from_reference(reference)
     instance = hardware.get(config.instance_type)
-    # The client reads KUBECONFIG once, when imported; read it now (it may list several files).
-    kubeconfig = os.environ.get("KUBECONFIG", "~/.kube/config")
-    try:
-        api_client = kube_config.new_client_from_config(config_file=kubeconfig)
-    except ConfigException as error:
-        raise InputError(
-            f"kubeconfig {kubeconfig}: {error}. Fix: `aws eks update-kubeconfig --name CLUSTER`, or set KUBECONFIG."
-        ) from None
+    # $KUBECONFIG (it may list several files) or ~/.kube/config, read and checked as apply reads it; every
+    # request is made once and bounded (gpuforge.kubernetes.kubeconfig), the runs' waits by --timeout.
+    api_client = kube_api_client(read_kubeconfig(None, None), deadline=None)
+    with _api_failures():
+        return _run_on_kubernetes(args, config, api_client, team, image, instance)
+
+
+def _run_on_kubernetes(
+    args: argparse.Namespace, config: Any, api_client: Any, team: str, image: Any, instance: Any
+) -> int:
+    import math
+    import time
+
+    from gpuforge.validate.floors import floors_for
+    from gpuforge.validate.kubernetes_jobs import launcher_for
+    from gpuforge.validate.run import Plan, run_acceptance
+
     launcher, nodes = launcher_for(
         api_client,
         config.stack,
@@ -260,6 +263,45 @@ def _run_kubernetes(args: argparse.Namespace, config: Any) -> int:
         )
         launcher.progress(f"validate: drained {', '.join(drained) or 'no node'}")
     return _emit(report, args)
+
+
+@contextmanager
+def _api_failures() -> Iterator[None]:
+    """The API server's failures during a Kubernetes run as gpuforge's error (exit 1: run again), not a traceback:
+    an answer it refused, one no API server sends, or none at all."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from gpuforge.display import printable
+    from gpuforge.kubernetes.kubeconfig import UnexpectedAnswer, connection_problem
+
+    try:
+        yield
+    except ApiException as error:
+        if error.status == 0:  # the client's word for a failed TLS handshake
+            raise GpuforgeError(
+                f"the TLS connection to the Kubernetes API server failed ({connection_problem(error)}); the acceptance "
+                "stopped. Fix: check the kubeconfig's certificate-authority and server URL, then run again.",
+                exit_code=1,
+            ) from None
+        raise GpuforgeError(
+            f"the Kubernetes API server answered HTTP {error.status} {printable(str(error.reason))[:200]}; the "
+            "acceptance stopped. Fix: check the identity may create Jobs in the team's namespace and read nodes and "
+            "pod logs, then run again.",
+            exit_code=1,
+        ) from None
+    except UnexpectedAnswer as error:
+        raise GpuforgeError(
+            f"the server answered what no Kubernetes API server sends ({printable(str(error))[:300]}); the "
+            "acceptance stopped. Fix: point the kubeconfig's cluster server at the API server's URL, then run again.",
+            exit_code=1,
+        ) from None
+    except HTTPError as error:  # urllib3's: refused, timed out, closed (each request is made once)
+        raise GpuforgeError(
+            f"the Kubernetes API server did not answer ({connection_problem(error)}); the acceptance stopped. "
+            "Fix: run again from a host that reaches the cluster's endpoint.",
+            exit_code=1,
+        ) from None
 
 
 def shown_names(paths: Sequence[Path]) -> list[str]:
