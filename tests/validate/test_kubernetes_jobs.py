@@ -11,6 +11,7 @@ scheduler or Kueue runs there: creation and server-side validation only).
 from __future__ import annotations
 
 import base64
+import json
 import shlex
 import sys
 from collections.abc import Iterator, Mapping
@@ -487,24 +488,24 @@ def _kueue_served(api_server: Any) -> None:
         install_kueue_crds(api_server.kubeconfig)
 
 
-# The condition Kueue v0.17's scheduler writes on a Workload whose pods request a resource its ClusterQueue does not
-# cover: QuotaReserved False, reason Pending, the flavor assigner's message (kubernetes-sigs/kueue
-# pkg/scheduler/scheduler.go, UnsetQuotaReservationWithCondition(wl, "Pending", ...), and
-# pkg/scheduler/flavorassigner/flavorassigner.go, "couldn't assign flavors to pod set " and "resource %s unavailable
-# in ClusterQueue", at tag v0.17.6, commit 7ed46abf7ed7e211bc51956c852e0ffa8153efa4).
-HELD = {
-    "type": "QuotaReserved",
-    "status": "False",
-    "reason": "Pending",
-    "message": "couldn't assign flavors to pod set main: resource vpc.amazonaws.com/efa unavailable in ClusterQueue",
-}
+# The Workload a real Kueue v0.17.1 made for the README's example job when its ClusterQueue did not cover
+# vpc.amazonaws.com/efa (tests/fixtures/kueue/README.md says how it was captured): its QuotaReserved condition
+# (False, reason Pending, the flavor assigner's message) is what Kueue writes on a Workload it holds.
+HELD_WORKLOAD = json.loads(
+    (Path(__file__).parents[1] / "fixtures/kueue/workload-held-no-efa-quota.json").read_text()
+)
+HELD = [
+    {key: condition[key] for key in ("type", "status", "reason", "message")}
+    for condition in HELD_WORKLOAD["status"]["conditions"]
+]
 
 
 class KueueAnswers(kj.Cluster):
     """The real API server, with the test playing Kueue's controller at the moment it acts: when a Job is created,
-    its Workload is made as Kueue's job reconciler makes it (jobframework.ConstructWorkload at tag v0.17.6: named
-    after the Job, labelled with its uid, owned by it, one pod set `main` of the Job's template and parallelism, the
-    Job's queue and WorkloadPriorityClass), and its status set to `conditions`, as Kueue's scheduler sets it."""
+    its Workload is made as Kueue's job reconciler makes it (jobframework.ConstructWorkload at tag v0.17.6, and as the
+    captured HELD_WORKLOAD shows: named after the Job, labelled with its uid under the label Kueue used there, owned
+    by it, one pod set `main` of the Job's template and parallelism, the Job's queue and WorkloadPriorityClass), and
+    its status set to `conditions`, as Kueue's scheduler sets it."""
 
     def __init__(self, api_client: Any, conditions: list[dict[str, str]] | None) -> None:
         super().__init__(api_client)
@@ -530,7 +531,7 @@ class KueueAnswers(kj.Cluster):
                 "kind": "Workload",
                 "metadata": {
                     "name": name,
-                    "labels": {kj.JOB_UID_LABEL: job.metadata.uid},
+                    "labels": {label: job.metadata.uid for label in HELD_WORKLOAD["metadata"]["labels"]},
                     "ownerReferences": [
                         {
                             "apiVersion": "batch/v1",
@@ -577,7 +578,7 @@ class KueueAnswers(kj.Cluster):
     ("conditions", "said"),
     [
         (
-            [HELD],
+            HELD,
             "held by Kueue: 'Pending': \"couldn't assign flavors to pod set main: resource vpc.amazonaws.com/efa "
             'unavailable in ClusterQueue"',
         ),
