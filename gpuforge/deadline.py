@@ -54,8 +54,8 @@ class Deadline:
 
     def expired(self) -> DeadlineExceeded:
         return DeadlineExceeded(
-            f"{self.doing}: no answer within the command's deadline of {self.seconds:g} s ({self.flag}). Nothing "
-            f"after this step was done. Fix: run again (a slow link or a busy server: pass a longer {self.flag})."
+            f"{self.doing}: no answer within the command's deadline of {self.seconds:g} s ({self.flag}). Fix: run "
+            f"again (a slow link or a busy server: pass a longer {self.flag})."
         )
 
     def timeout(self, cap: float) -> float:

@@ -24,6 +24,16 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_service_quotas import ServiceQuotasClient
 
+    from gpuforge.deadline import Deadline
+
+# `preflight --timeout`, the deadline of every AWS call together: a handful of read-only describes, each
+# answered by AWS in well under a second. Below a second nothing answers; above an hour is a unit slip.
+DEFAULT_TIMEOUT_S = 120.0
+TIMEOUT_RANGE_S = (1.0, 3600.0)
+# Per call, at most (and never past the deadline).
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 30.0
+
 # API operation -> the IAM action that allows it. Each is the action of the same
 # name, except S3's HeadBucket and ListObjectsV2, which need s3:ListBucket
 # (https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadBucket.html,
@@ -62,14 +72,18 @@ class AwsClients:
     s3: S3Client
 
     @classmethod
-    def create(cls, region: str) -> AwsClients:
+    def create(cls, region: str, deadline: Deadline) -> AwsClients:
         """Clients for `region` from the standard credential chain (gpuforge.aws_session: exit 2 without
-        credentials or with an AWS configuration botocore cannot use)."""
+        credentials or with an AWS configuration botocore cannot use), their timeouts cut from `deadline`."""
         from botocore.config import Config
 
         command = "gpuforge preflight"
         session = open_session(region, command=command)
-        config = Config(retries={"mode": "standard"})
+        config = Config(
+            connect_timeout=deadline.timeout(CONNECT_TIMEOUT_S),
+            read_timeout=deadline.timeout(READ_TIMEOUT_S),
+            retries={"mode": "standard"},
+        )
         ec2 = client(session, "ec2", command=command, config=config)
         return cls(
             ec2=ec2,

@@ -4,6 +4,11 @@ Each check runs on its own: an AWS error in one (AccessDenied, throttling, an
 unreachable endpoint) becomes that check's failure and the others still run.
 Missing credentials stop the whole run (exit 2), since no check can succeed.
 `now` and the local time zone are parameters so tests can fix them.
+
+Every AWS wait is bounded by one deadline (`--timeout`, gpuforge.deadline): the clients' timeouts are cut from
+it, and a check still waiting when it passes fails with the step named, as does every check after it ("not
+run"), so the report is still printed: an endpoint that accepts and never answers held preflight for minutes
+per call (botocore's 60 s read timeout, three attempts).
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from pathlib import Path
 from gpuforge import hardware
 from gpuforge.aws_session import setup_error
 from gpuforge.components.specs import AmiPin
+from gpuforge.deadline import Deadline, DeadlineExceeded
 from gpuforge.errors import GpuforgeError
 from gpuforge.images.catalog import DEFAULT_CATALOG, read_catalog
 from gpuforge.preflight import ami, capacity, offering, quota, storage
-from gpuforge.preflight.aws import AwsClients, failed_call
+from gpuforge.preflight.aws import DEFAULT_TIMEOUT_S, AwsClients, failed_call
 from gpuforge.preflight.report import Check, fail
 from gpuforge.stack_config import NAMESPACE, StackConfig, load_stack_config, resolve_ami
 
@@ -33,12 +39,23 @@ def resolve_image(config: StackConfig, catalog: Path | None) -> AmiPin | str:
         return error.message
 
 
-def _guarded(check_id: str, step: Callable[[], Check]) -> Check:
+def _guarded(check_id: str, step: Callable[[], Check], deadline: Deadline | None) -> Check:
     from botocore.exceptions import BotoCoreError, ClientError
     from botocore.parsers import ResponseParserError
 
+    if deadline is not None:
+        if deadline.left() <= 0:
+            return fail(
+                check_id,
+                f"not run: the command's deadline of {deadline.seconds:g} s ({deadline.flag}) passed before it.",
+                f"run preflight again (a slow link to AWS: pass a longer {deadline.flag}).",
+            )
+        deadline.doing = f"the {check_id} check"
     try:
         return step()
+    except DeadlineExceeded:
+        assert deadline is not None  # only its timer raises it
+        return _late(check_id, deadline, "")
     except ClientError as error:
         return failed_call(check_id, error)
     except ResponseParserError:
@@ -51,11 +68,21 @@ def _guarded(check_id: str, step: Callable[[], Check]) -> Check:
         setup = setup_error(error, "gpuforge preflight")  # credentials that expired or vanished mid-run
         if setup is not None:
             raise setup from None
+        if deadline is not None and deadline.left() <= 0:  # a timeout cut from the deadline ran out
+            return _late(check_id, deadline, f" ({error})")
         return fail(
             check_id,
             f"the AWS call did not complete: {error}.",
             "check the network path to AWS (and AWS_ENDPOINT_URL, if set), then run preflight again.",
         )
+
+
+def _late(check_id: str, deadline: Deadline, detail: str) -> Check:
+    return fail(
+        check_id,
+        f"AWS gave no answer within the command's deadline of {deadline.seconds:g} s ({deadline.flag}){detail}.",
+        f"run preflight again (a slow link to AWS: pass a longer {deadline.flag}).",
+    )
 
 
 def run_checks(
@@ -65,6 +92,7 @@ def run_checks(
     catalog: Path | None = None,
     now: datetime | None = None,
     local: tzinfo | None = None,
+    deadline: Deadline | None = None,
 ) -> list[Check]:
     """Every check's verdict, in a fixed order. `local` None prints times in the system's zone."""
     now = now if now is not None else datetime.now(UTC)
@@ -98,7 +126,10 @@ def run_checks(
         (storage.SUBNET, lambda: storage.check_subnet(config, instance)),
         (storage.BUCKET, lambda: storage.check_bucket(clients.s3, config)),
     ]
-    return [_guarded(check_id, step) for check_id, step in steps]
+    # The subnet check reads only the stack and the catalog: the deadline of AWS's answers does not hold it.
+    return [
+        _guarded(check_id, step, None if check_id == storage.SUBNET else deadline) for check_id, step in steps
+    ]
 
 
 def _read_catalog(config: StackConfig, catalog: Path | None) -> None:
@@ -124,13 +155,19 @@ def preflight(
     clients: AwsClients | None = None,
     now: datetime | None = None,
     local: tzinfo | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> tuple[StackConfig, list[Check]]:
-    """Read the stack's config, build the AWS clients (unless given) and run every check.
+    """Read the stack's config, build the AWS clients (unless given) and run every check, every AWS wait
+    within `timeout_s` (the deadline starts once the local files are read).
 
     Bad config, a missing or invalid catalog and missing credentials raise GpuforgeError (exit 2)
     before any check runs.
     """
     config = load_stack_config(stack_dir, stack)
     _read_catalog(config, catalog)
-    clients = clients if clients is not None else AwsClients.create(config.region)
-    return config, run_checks(config, clients, catalog=catalog, now=now, local=local)
+    deadline = Deadline(timeout_s, "--timeout")
+    with deadline.enforced():
+        deadline.doing = f"read the AWS credentials for {config.region}"
+        clients = clients if clients is not None else AwsClients.create(config.region, deadline)
+        checks = run_checks(config, clients, catalog=catalog, now=now, local=local, deadline=deadline)
+    return config, checks
