@@ -388,7 +388,8 @@ class KubernetesLauncher:
 def kueue_state(conditions: Sequence[Mapping[str, Any]] | None) -> str:
     """A late Job's Workload in words: "held by Kueue: <reason>: <message>" while it has no quota (the
     QuotaReserved condition, False, as Kueue's scheduler writes it: reason Pending and the flavor assigner's
-    message), not admitted for another reason (Admitted False: admission checks), or admitted and still running.
+    message), "evicted by Kueue: ..." with why (preempted, reclaimed) and what holds it since, not admitted for
+    another reason (Admitted False: admission checks), or admitted and still running.
 
     The message is the cluster's text, quoted (display.cut): Kueue's own words, escaped and bounded."""
     if conditions is None:
@@ -405,7 +406,8 @@ def kueue_state(conditions: Sequence[Mapping[str, Any]] | None) -> str:
     reserved, admitted = by_type.get("QuotaReserved"), by_type.get("Admitted")
     evicted = by_type.get("Evicted")
     if evicted is not None and evicted.get("status") == "True" and (reserved or {}).get("status") != "True":
-        return f"evicted by Kueue and waiting again: {quoted(evicted)}"
+        held = f"; held since: {quoted(reserved)}" if reserved is not None else ""
+        return f"evicted by Kueue: {quoted(evicted)}{held}"
     if reserved is None or reserved.get("status") != "True":
         return f"held by Kueue: {quoted(reserved)}" if reserved is not None else "not yet considered by Kueue"
     if admitted is not None and admitted.get("status") != "True":

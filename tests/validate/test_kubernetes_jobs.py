@@ -605,3 +605,31 @@ def test_a_job_kueue_holds_fails_with_kueues_reason(
     assert problem.endswith("; deleted"), problem
     left = client.BatchV1Api(api_client).list_namespaced_job("llm").items
     assert f"gpuforge-t1-diag-{launcher._count}" not in [item.metadata.name for item in left]
+
+
+KUEUE_FIXTURES = Path(__file__).parents[1] / "fixtures" / "kueue"
+
+
+@pytest.mark.parametrize(
+    ("fixture", "said"),
+    [
+        ("workload-admitted.json", "admitted by Kueue, still running"),
+        (
+            "workload-held-no-efa-quota.json",
+            "held by Kueue: 'Pending': \"couldn't assign flavors to pod set main: resource vpc.amazonaws.com/efa",
+        ),
+        (
+            "conditions-reclaimed-in-cohort.json",
+            "evicted by Kueue: 'Preempted': 'Preempted to accommodate a workload (UID: 2609960a-5695-49e2-8647-"
+            "d076e4621c04, JobUID: 8beb18ac-7054-422f-942f-ce90db583ae6) due to reclamation within the cohort; "
+            "preemptor path: /p5-eks-teams/vision; preemptee path: /p5-eks-teams/llm'; held since: 'Pending': "
+            "\"couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor "
+            'p5-eks-gpu, 8 more needed"',
+        ),
+    ],
+)
+def test_what_kueue_wrote_is_said_in_words(fixture: str, said: str) -> None:
+    """The conditions a real Kueue v0.17.1 wrote (tests/fixtures/kueue/README.md), as a late Job's error says them."""
+    captured = json.loads((KUEUE_FIXTURES / fixture).read_text())
+    conditions = captured if isinstance(captured, list) else captured["status"]["conditions"]
+    assert said in kj.kueue_state(conditions)
