@@ -251,7 +251,8 @@ def team_quotas(gpu_quota: int, instance_type: InstanceType) -> dict[str, int | 
     (the flavor tolerates the GPU taint) until kube-scheduler found no node with CPUs or memory left beside
     idle GPUs, and Kueue's topology-aware scheduling would place pods without looking at either. With every
     team's share in proportion, the teams' quotas add up to the node group's when their gpuQuotas add up to
-    its GPUs, and a team using all its CPU or memory quota holds no more of a node than its GPU share.
+    its GPUs, and a team using all its CPU or memory quota holds no more of a node than its GPU share (beyond it
+    only by borrowing quota another team leaves idle, which that team reclaims when it needs it).
     EFA likewise: covered with the node's interfaces per GPU, so a team's EFA quota is never what holds back a
     job its GPU quota admits, and Kueue places an EFA pod only on a node that offers the interfaces; on a type
     without EFA the quota is 0, and Kueue says a pod asking for one exceeds it.
