@@ -62,6 +62,8 @@ MESSAGE_TIMEOUT_S = 10
 # Slurm keeps job times in whole seconds: the grace ends at the second the preemption began plus GraceTime, and
 # the first signal may come up to a second into that second.
 CLOCK_S = 1.0
+# SIGTERMs closer than this are one delivery reaching the trap twice, not a second signal (well under GRACE_S).
+BURST_S = 1.0
 SCHEDULER = SchedulerSpec(
     type="slurm",
     controller_instance_type="m7i.2xlarge",
@@ -209,6 +211,20 @@ def _signals(log: Path) -> list[tuple[str, float]]:
     return [(name, float(when)) for name, when in (line.split() for line in log.read_text().splitlines())]
 
 
+def _sigterm_bursts(signals: list[tuple[str, float]]) -> list[float]:
+    """When each burst of SIGTERMs began. One warning or kill sequence can reach the step's trap more than once
+    within milliseconds (seen on a fresh-clone run: SIGTERM at +1.6 s, then two at +22.6 s, 3 ms apart); the
+    grace is bounded by the first of each burst, and bursts are GraceTime apart."""
+    starts: list[float] = []
+    last = -float("inf")
+    for name, when in signals:
+        if name == "SIGTERM":
+            if when - last >= BURST_S:
+                starts.append(when)
+            last = when
+    return starts
+
+
 def _epoch(shown: str) -> float:
     """A time `scontrol show job` prints (the root's zone, UTC) as epoch seconds."""
     return datetime.strptime(shown, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
@@ -250,10 +266,10 @@ def test_a_preempted_research_job_gets_sigterm_then_its_grace_then_is_requeued(
     signals = cluster.wait_for(
         "the kill sequence after the grace",
         lambda: _signals(log),
-        lambda seen: [name for name, _ in seen].count("SIGTERM") == 2,
+        lambda seen: len(_sigterm_bursts(seen)) >= 2,
         beyond_s=GRACE_S + TIME_LIMIT_CHECK_S + MESSAGE_TIMEOUT_S,
     )
-    (_, first_at), (_, second_at) = [item for item in signals if item[0] == "SIGTERM"]
+    first_at, second_at = _sigterm_bursts(signals)[:2]
     started_at = signals[0][1]
     assert signals[0][0] == "START" and started_at < first_at < second_at, signals
     assert first_at < end, (signals, preempted)  # the warning came before the grace ran out
