@@ -17,6 +17,7 @@ ever, as does a stalled credential helper. So a command that waits on the networ
 
 from __future__ import annotations
 
+import argparse
 import signal
 import threading
 import time
@@ -26,8 +27,25 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from gpuforge.errors import GpuforgeError
+from gpuforge.flag_types import seconds
 
 BACKSTOP_GRACE_S = 1.0
+# A command's `--timeout` (`preflight`, `scheduler apply`): each makes a handful to a few hundred quick requests,
+# answered in well under a second each. Below a second nothing answers; above an hour is a unit slip.
+DEFAULT_COMMAND_TIMEOUT_S = 120.0
+COMMAND_TIMEOUT_RANGE_S = (1.0, 3600.0)
+
+
+def add_timeout_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """The command's `--timeout S`, its one deadline: `what` says what it bounds."""
+    low, high = COMMAND_TIMEOUT_RANGE_S
+    parser.add_argument(
+        "--timeout",
+        type=seconds(low, high),
+        default=DEFAULT_COMMAND_TIMEOUT_S,
+        metavar="S",
+        help=f"{what} (default: %(default)g; {low:g} to {high:g})",
+    )
 
 
 class DeadlineExceeded(GpuforgeError):

@@ -26,10 +26,6 @@ if TYPE_CHECKING:
 
     from gpuforge.deadline import Deadline
 
-# `preflight --timeout`, the deadline of every AWS call together: a handful of read-only describes, each
-# answered by AWS in well under a second. Below a second nothing answers; above an hour is a unit slip.
-DEFAULT_TIMEOUT_S = 120.0
-TIMEOUT_RANGE_S = (1.0, 3600.0)
 # Per call, at most (and never past the deadline).
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 30.0

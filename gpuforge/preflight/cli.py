@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpuforge.cli import add_stack_arguments
+from gpuforge.deadline import add_timeout_argument
 from gpuforge.display import printable
-from gpuforge.flag_types import seconds
-from gpuforge.preflight.aws import DEFAULT_TIMEOUT_S, TIMEOUT_RANGE_S
 
 if TYPE_CHECKING:
     from gpuforge.preflight.report import Check
@@ -34,13 +33,9 @@ def register(subparsers: Any) -> None:
     )
     add_stack_arguments(parser)
     parser.add_argument("--json", action="store_true", help='print {"checks": [{"id", "status", "message"}]}')
-    parser.add_argument(
-        "--timeout",
-        type=seconds(*TIMEOUT_RANGE_S),
-        default=DEFAULT_TIMEOUT_S,
-        metavar="S",
-        help="the deadline of every AWS call together, in seconds: a check still waiting then fails, as do those "
-        f"after it (default: %(default)g; {TIMEOUT_RANGE_S[0]:g} to {TIMEOUT_RANGE_S[1]:g})",
+    add_timeout_argument(
+        parser,
+        "the deadline of every AWS call together, in seconds: a check still waiting then fails, as do those after it",
     )
     parser.set_defaults(handler=_preflight)
 

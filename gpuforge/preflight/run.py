@@ -20,11 +20,11 @@ from pathlib import Path
 from gpuforge import hardware
 from gpuforge.aws_session import setup_error
 from gpuforge.components.specs import AmiPin
-from gpuforge.deadline import Deadline, DeadlineExceeded
+from gpuforge.deadline import DEFAULT_COMMAND_TIMEOUT_S, Deadline, DeadlineExceeded
 from gpuforge.errors import GpuforgeError
 from gpuforge.images.catalog import DEFAULT_CATALOG, read_catalog
 from gpuforge.preflight import ami, capacity, offering, quota, storage
-from gpuforge.preflight.aws import DEFAULT_TIMEOUT_S, AwsClients, failed_call
+from gpuforge.preflight.aws import AwsClients, failed_call
 from gpuforge.preflight.report import Check, fail
 from gpuforge.stack_config import NAMESPACE, StackConfig, load_stack_config, resolve_ami
 
@@ -155,7 +155,7 @@ def preflight(
     clients: AwsClients | None = None,
     now: datetime | None = None,
     local: tzinfo | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S,
 ) -> tuple[StackConfig, list[Check]]:
     """Read the stack's config, build the AWS clients (unless given) and run every check, every AWS wait
     within `timeout_s` (the deadline starts once the local files are read).

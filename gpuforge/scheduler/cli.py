@@ -30,8 +30,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuforge.deadline import add_timeout_argument
 from gpuforge.errors import InputError
-from gpuforge.flag_types import seconds
 
 # Saved topology responses are small (100 instances a page, a few hundred bytes each): the data cap fits.
 from gpuforge.loading import MAX_DATA_BYTES, load_json
@@ -39,12 +39,6 @@ from gpuforge.scheduler.accounts import DEFAULT_ACCOUNTS_PATH
 
 if TYPE_CHECKING:
     from gpuforge.stack_config import StackConfig
-
-# `scheduler apply --timeout`, the whole command's deadline (gpuforge.deadline): a healthy EKS endpoint answers each
-# of apply's few hundred requests in tens of milliseconds.
-DEFAULT_APPLY_TIMEOUT_S = 120.0
-# Below a second nothing answers; above an hour is a unit slip (apply makes a few hundred quick requests).
-APPLY_TIMEOUT_RANGE_S = (1.0, 3600.0)
 
 
 def register(subparsers: Any) -> None:
@@ -120,14 +114,7 @@ def register(subparsers: Any) -> None:
     apply.add_argument(
         "--no-prune", dest="prune", action="store_false", help="delete nothing the stack no longer has"
     )
-    apply.add_argument(
-        "--timeout",
-        type=seconds(*APPLY_TIMEOUT_RANGE_S),
-        default=DEFAULT_APPLY_TIMEOUT_S,
-        metavar="S",
-        help="the whole command's deadline in seconds, every request and wait included (default: %(default)g; "
-        f"{APPLY_TIMEOUT_RANGE_S[0]:g} to {APPLY_TIMEOUT_RANGE_S[1]:g})",
-    )
+    add_timeout_argument(apply, "the whole command's deadline in seconds, every request and wait included")
     apply.set_defaults(handler=_apply)
     sync = commands.add_parser(
         "sync-topology",
